@@ -1,0 +1,1 @@
+//! The `cistern bench` subcommands: each prints one JSON object per result line.

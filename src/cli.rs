@@ -1,0 +1,76 @@
+//! The `cistern` command line: argument definitions and dispatch.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Cistern: a compute runtime for training programs.
+#[derive(Debug, Parser)]
+#[command(name = "cistern", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The top-level subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the devices present on this machine.
+    Devices,
+    /// Run a benchmark; each prints one JSON object per result line.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Replay an allocation trace through the memory manager.
+    Alloc {
+        /// A trace written by `shared/traces/gen_trace.py`.
+        #[arg(long)]
+        trace: std::path::PathBuf,
+    },
+    /// Client/server round trips against a bare channel.
+    Roundtrip,
+    /// Optimizer steps through the server against an in-place axpy.
+    Optim,
+    /// GEMM through the server against the GEMM crate called directly.
+    Gemm,
+    /// A whole training step.
+    TrainStep,
+}
+
+/// Runs a parsed command line; errors are printed to stderr and give a non-zero exit.
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Devices => crate::devices::print_devices(),
+        Command::Bench(bench) => run_bench(bench),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("cistern: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_bench(bench: BenchCommand) -> Result<(), String> {
+    match bench {
+        BenchCommand::Alloc { .. } => not_built("bench alloc", 3),
+        BenchCommand::Roundtrip => not_built("bench roundtrip", 4),
+        BenchCommand::Optim => not_built("bench optim", 8),
+        BenchCommand::Gemm => not_built("bench gemm", 8),
+        BenchCommand::TrainStep => not_built("bench train-step", 0),
+    }
+}
+
+fn not_built(what: &str, issue: u32) -> Result<(), String> {
+    if issue == 0 {
+        Err(format!("`{what}` is not built yet"))
+    } else {
+        Err(format!("`{what}` is not built yet (issue {issue})"))
+    }
+}
