@@ -3,3 +3,14 @@
 //!
 //! Depends on `cistern-runtime`, `cistern-memory` and `cistern-optim`; never
 //! on the facade.
+
+pub mod codec;
+mod error;
+mod report;
+mod shape;
+
+pub use cistern_memory::ErrorCode;
+pub use codec::CodecError;
+pub use error::{AutodiffError, BackendError};
+pub use report::{ErrorReport, ReportedError};
+pub use shape::ShapeError;

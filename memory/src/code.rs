@@ -104,7 +104,9 @@ impl ErrorCode {
 
     /// The code with this stable id, if the catalogue has one.
     pub fn from_stable_id(id: u32) -> Option<ErrorCode> {
-        ErrorCode::ALL.into_iter().find(|code| code.stable_id() == id)
+        ErrorCode::ALL
+            .into_iter()
+            .find(|code| code.stable_id() == id)
     }
 
     /// The code's name as written in the catalogue (`"DeviceOutOfMemory"`).

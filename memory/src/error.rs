@@ -1,8 +1,16 @@
 //! `IoError` and the values it carries: what the memory layer reports.
 
-use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{BackTrace, ErrorCode};
+
+/// The longest chain of `StorageMappingFailed` sources a decoder accepts.
+///
+/// Real chains are one or two deep; the bound keeps a crafted input from
+/// recursing until the stack overflows.
+pub const MAX_SOURCE_DEPTH: usize = 16;
 
 /// Why a handle or storage id could not be found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -59,11 +67,10 @@ impl std::fmt::Display for DevicePoison {
 /// A failure of the memory layer: reserving, resolving or mapping device memory.
 ///
 /// Serializable; new variants go last (bincode encodes variants by position).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum IoError {
     /// The buffer is larger than any page the device can hold. It will never
     /// fit: do not retry as is; split it into smaller buffers.
-    #[error("buffer of {size} bytes is larger than any page the device can hold")]
     BufferTooBig {
         /// Requested bytes.
         size: u64,
@@ -72,7 +79,6 @@ pub enum IoError {
     },
     /// The device has no room now, even after releasing what could be
     /// released without waiting. Drop handles (or `reclaim`) and retry.
-    #[error("out of memory reserving {size} bytes")]
     OutOfMemory {
         /// Requested bytes.
         size: u64,
@@ -81,7 +87,6 @@ pub enum IoError {
     },
     /// New pages are forbidden (a graph is being captured) and the request
     /// does not fit in the pages held. Warm the pools before capturing.
-    #[error("reserving {size} bytes needs a new page, which the policy forbids")]
     PageUpdateForbidden {
         /// Requested bytes.
         size: u64,
@@ -90,7 +95,6 @@ pub enum IoError {
     },
     /// The request would need one more distinct page size than the pools
     /// allow. `reclaim` frees unused sizes; then retry.
-    #[error("reserving {size} bytes needs a page size beyond the configured maximum")]
     PageSizesExhausted {
         /// Requested bytes.
         size: u64,
@@ -99,13 +103,11 @@ pub enum IoError {
     },
     /// This backend cannot do the requested stride pattern: use a contiguous
     /// copy or another device.
-    #[error("the backend does not support this stride pattern")]
     UnsupportedStrides {
         /// Where the request was made.
         backtrace: BackTrace,
     },
     /// The allocation id is unknown or already freed: a caller bug; do not retry.
-    #[error("allocation not found: {reason}")]
     NotFound {
         /// Where the lookup was made.
         backtrace: BackTrace,
@@ -114,7 +116,6 @@ pub enum IoError {
     },
     /// The storage behind the slice is gone (reclaimed, or released by an
     /// invalidate): take fresh handles.
-    #[error("storage handle not found: {reason}")]
     StorageHandleNotFound {
         /// Why it was not found.
         reason: Reason,
@@ -123,20 +124,18 @@ pub enum IoError {
     },
     /// Backing a dry-run reservation on first use failed; `source` says why
     /// and decides what to do (reclaim and retry if it is an out-of-memory).
-    #[error("mapping storage for {size} bytes failed")]
     StorageMappingFailed {
         /// Bytes that were being backed.
         size: u64,
         /// The failure of the storage allocation.
+        #[serde(deserialize_with = "deserialize_source")]
         source: Box<IoError>,
         /// Where the mapping was attempted.
         backtrace: BackTrace,
     },
     /// The device context is poisoned: invalidate it, then take fresh handles.
-    #[error("{0}")]
     DevicePoisoned(DevicePoison),
     /// Anything else the storage reported: report it.
-    #[error("unknown memory error: {description}")]
     Unknown {
         /// What the storage said.
         description: String,
@@ -144,11 +143,58 @@ pub enum IoError {
         backtrace: BackTrace,
     },
     /// The storage cannot do this operation at all: use another path; never retry.
-    #[error("the storage does not support this I/O operation")]
     UnsupportedIoOperation {
         /// Where the request was made.
         backtrace: BackTrace,
     },
+}
+
+impl std::fmt::Display for IoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IoError::BufferTooBig { size, .. } => write!(
+                f,
+                "buffer of {size} bytes is larger than any page the device can hold"
+            ),
+            IoError::OutOfMemory { size, .. } => write!(f, "out of memory reserving {size} bytes"),
+            IoError::PageUpdateForbidden { size, .. } => write!(
+                f,
+                "reserving {size} bytes needs a new page, which the policy forbids"
+            ),
+            IoError::PageSizesExhausted { size, .. } => write!(
+                f,
+                "reserving {size} bytes needs a page size beyond the configured maximum"
+            ),
+            IoError::UnsupportedStrides { .. } => {
+                f.write_str("the backend does not support this stride pattern")
+            }
+            IoError::NotFound { reason, .. } => write!(f, "allocation not found: {reason}"),
+            IoError::StorageHandleNotFound { reason, .. } => {
+                write!(f, "storage handle not found: {reason}")
+            }
+            IoError::StorageMappingFailed { size, .. } => {
+                write!(f, "mapping storage for {size} bytes failed")
+            }
+            IoError::DevicePoisoned(poison) => write!(f, "{poison}"),
+            IoError::Unknown { description, .. } => {
+                write!(f, "unknown memory error: {description}")
+            }
+            IoError::UnsupportedIoOperation { .. } => {
+                f.write_str("the storage does not support this I/O operation")
+            }
+        }
+    }
+}
+
+// Written out rather than derived: thiserror would report the `Box` as the
+// source, and a caller's `downcast_ref::<IoError>()` on it would fail.
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IoError::StorageMappingFailed { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
 }
 
 impl From<DevicePoison> for IoError {
@@ -211,6 +257,20 @@ impl IoError {
         IoError::StorageMappingFailed {
             size,
             source: Box::new(source),
+            backtrace: BackTrace::capture(),
+        }
+    }
+
+    /// `UnsupportedStrides` with a captured backtrace.
+    pub fn unsupported_strides() -> Self {
+        IoError::UnsupportedStrides {
+            backtrace: BackTrace::capture(),
+        }
+    }
+
+    /// `UnsupportedIoOperation` with a captured backtrace.
+    pub fn unsupported_io_operation() -> Self {
+        IoError::UnsupportedIoOperation {
             backtrace: BackTrace::capture(),
         }
     }
@@ -279,4 +339,33 @@ impl IoError {
             IoError::DevicePoisoned(poison) => &poison.backtrace,
         }
     }
+}
+
+thread_local! {
+    static SOURCE_DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Decodes the boxed source of a `StorageMappingFailed`, refusing chains
+/// deeper than [`MAX_SOURCE_DEPTH`].
+fn deserialize_source<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Box<IoError>, D::Error> {
+    struct Level;
+    impl Drop for Level {
+        fn drop(&mut self) {
+            SOURCE_DEPTH.with(|depth| depth.set(depth.get().saturating_sub(1)));
+        }
+    }
+    let depth = SOURCE_DEPTH.with(|depth| {
+        depth.set(depth.get() + 1);
+        depth.get()
+    });
+    // Dropped on every exit, error paths included, so the count stays balanced.
+    let _level = Level;
+    if depth > MAX_SOURCE_DEPTH {
+        return Err(serde::de::Error::custom(format_args!(
+            "StorageMappingFailed sources nested deeper than {MAX_SOURCE_DEPTH}"
+        )));
+    }
+    IoError::deserialize(deserializer).map(Box::new)
 }

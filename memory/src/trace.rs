@@ -7,10 +7,14 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Where an error was made.
 ///
 /// Captured unresolved (a stack walk, no symbol lookup) when the error is
-/// made, resolved to text the first time it is displayed or serialized, and
-/// deserialized as that text. Two backtraces are equal when their text is.
-/// Capture is on by default; `CISTERN_BACKTRACE=0` (read once per process)
-/// turns it off, and every backtrace is then empty.
+/// made, resolved to text the first time it is displayed, compared or
+/// serialized, and deserialized as that text. Two backtraces are equal when
+/// their text is.
+///
+/// Capture is on by default. Setting the environment variable
+/// `CISTERN_BACKTRACE=0` turns it off: the variable is read once per process,
+/// at the first capture, and every backtrace made after that is empty. Any
+/// other value, or no variable, leaves capture on.
 #[derive(Clone)]
 pub struct BackTrace {
     raw: Option<Arc<backtrace::Backtrace>>,
@@ -92,9 +96,19 @@ impl PartialEq for BackTrace {
 impl Eq for BackTrace {}
 
 impl std::fmt::Debug for BackTrace {
+    // Never resolves: `{:?}` of an error must stay cheap. Text already known
+    // (decoded, fixtures, or displayed before) is shown so a failed
+    // comparison says what differed.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let frames = self.raw.as_ref().map_or(0, |raw| raw.frames().len());
-        write!(f, "BackTrace {{ captured_frames: {frames} }}")
+        match (self.text.get(), &self.raw) {
+            (Some(text), _) => f.debug_tuple("BackTrace").field(text).finish(),
+            (None, Some(raw)) => write!(
+                f,
+                "BackTrace {{ unresolved_frames: {} }}",
+                raw.frames().len()
+            ),
+            (None, None) => f.write_str("BackTrace(\"\")"),
+        }
     }
 }
 
