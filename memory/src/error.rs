@@ -114,8 +114,9 @@ pub enum IoError {
         /// Why it was not found.
         reason: Reason,
     },
-    /// The storage behind the slice is gone (reclaimed, or released by an
-    /// invalidate): take fresh handles.
+    /// The storage behind the slice is gone: the handle outlived its memory,
+    /// a caller bug (the same class as `NotFound`). Do not retry it; take
+    /// fresh handles.
     StorageHandleNotFound {
         /// Why it was not found.
         reason: Reason,
