@@ -1,1 +1,34 @@
-//! placeholder
+//! The kernel catalogue and the CPU implementation of every kernel.
+//!
+//! This crate owns what a kernel computes: [`KernelId`] names each one, and
+//! the functions here are the CPU versions — plain functions over `f32`
+//! slices, multi-threaded with rayon, returning [`KernelError`] on bad input
+//! instead of panicking. Optimizer kernels update every parameter of a model
+//! in one call over a concatenated buffer with a [`Segment`] table.
+//!
+//! It depends only on `cistern-optim` (configs and reference math) and must
+//! never depend on the memory manager, the runtime or the client: those
+//! launch kernels, kernels do not know about them.
+
+mod activation;
+mod catalogue;
+mod elementwise;
+mod erf;
+mod error;
+mod gemm;
+mod optimizer;
+mod parallel;
+mod reduce;
+
+pub use activation::{Activation, activation_backward, activation_forward};
+pub use catalogue::KernelId;
+pub use cistern_optim::Segment;
+pub use elementwise::{add, axpy, copy, fill, mul, scale};
+pub use erf::{erf, erfc};
+pub use error::KernelError;
+pub use gemm::{GemmSpec, gemm};
+pub use optimizer::{
+    StepContext, StepOutcome, adagrad_step, adam_step, adamw_step, amp_unscale, lamb_step,
+    optimizer_step, rmsprop_step, sgd_step,
+};
+pub use reduce::{column_sum, mse_loss, mse_loss_backward, segment_sum, segment_sum_squares};

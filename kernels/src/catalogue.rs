@@ -1,0 +1,124 @@
+//! The kernel catalogue: a stable name for every kernel, by which a server
+//! launches it on any backend.
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! catalogue {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
+        /// Every kernel Cistern can launch. Names are stable: they appear in
+        /// telemetry and in the WGSL and CUDA sources' entry points.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[non_exhaustive]
+        pub enum KernelId {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl KernelId {
+            /// Every kernel, in catalogue order.
+            pub const ALL: &'static [KernelId] = &[$(KernelId::$variant,)*];
+
+            /// The kernel's stable snake_case name.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(KernelId::$variant => $name,)*
+                }
+            }
+
+            /// The kernel with that name, if there is one.
+            pub fn from_name(name: &str) -> Option<KernelId> {
+                match name {
+                    $($name => Some(KernelId::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+catalogue! {
+    /// Does nothing; measures launch overhead.
+    Empty => "empty",
+    /// Faults on purpose; what a fault does is the runtime's to define.
+    Trap => "trap",
+    /// Copies src to dst (CPU: [`crate::copy`]); the health probe's kernel.
+    Identity => "identity",
+    /// [`crate::fill`].
+    Fill => "fill",
+    /// [`crate::copy`].
+    Copy => "copy",
+    /// [`crate::scale`].
+    Scale => "scale",
+    /// [`crate::axpy`].
+    Axpy => "axpy",
+    /// [`crate::add`].
+    Add => "add",
+    /// [`crate::mul`].
+    Mul => "mul",
+    /// ReLU forward.
+    ReluForward => "relu_forward",
+    /// ReLU backward.
+    ReluBackward => "relu_backward",
+    /// Leaky ReLU forward.
+    LeakyReluForward => "leaky_relu_forward",
+    /// Leaky ReLU backward.
+    LeakyReluBackward => "leaky_relu_backward",
+    /// Exact (erf) GELU forward.
+    GeluForward => "gelu_forward",
+    /// Exact (erf) GELU backward.
+    GeluBackward => "gelu_backward",
+    /// Tanh-approximated GELU forward.
+    GeluTanhForward => "gelu_tanh_forward",
+    /// Tanh-approximated GELU backward.
+    GeluTanhBackward => "gelu_tanh_backward",
+    /// Tanh forward.
+    TanhForward => "tanh_forward",
+    /// Tanh backward.
+    TanhBackward => "tanh_backward",
+    /// Sigmoid forward.
+    SigmoidForward => "sigmoid_forward",
+    /// Sigmoid backward.
+    SigmoidBackward => "sigmoid_backward",
+    /// [`crate::gemm`] with its fused bias + activation epilogue.
+    Gemm => "gemm",
+    /// [`crate::column_sum`] (bias gradient).
+    ColumnSum => "column_sum",
+    /// [`crate::mse_loss`].
+    MseLoss => "mse_loss",
+    /// [`crate::mse_loss_backward`].
+    MseLossBackward => "mse_loss_backward",
+    /// [`crate::segment_sum`].
+    SegmentSum => "segment_sum",
+    /// [`crate::segment_sum_squares`].
+    SegmentSumSquares => "segment_sum_squares",
+    /// [`crate::amp_unscale`].
+    AmpUnscale => "amp_unscale",
+    /// [`crate::sgd_step`].
+    SgdStep => "sgd_step",
+    /// [`crate::adam_step`].
+    AdamStep => "adam_step",
+    /// [`crate::adamw_step`].
+    AdamWStep => "adamw_step",
+    /// [`crate::rmsprop_step`].
+    RmsPropStep => "rmsprop_step",
+    /// [`crate::adagrad_step`].
+    AdagradStep => "adagrad_step",
+    /// [`crate::lamb_step`].
+    LambStep => "lamb_step",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kernel_name_is_unique_and_round_trips() {
+        let mut names: Vec<_> = KernelId::ALL.iter().map(|k| k.name()).collect();
+        for &kernel in KernelId::ALL {
+            assert_eq!(KernelId::from_name(kernel.name()), Some(kernel));
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), KernelId::ALL.len());
+        assert_eq!(KernelId::from_name("no_such_kernel"), None);
+    }
+}

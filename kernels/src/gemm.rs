@@ -1,0 +1,100 @@
+//! Matrix product with a fused bias + activation epilogue.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::parallel::MIN_PARALLEL;
+use crate::{Activation, KernelError};
+
+/// The shape and options of `C = act(op(A)·op(B) + bias)`, all row-major:
+/// `op(A)` is `m×k` (A is stored `k×m` when `transpose_a`), `op(B)` is
+/// `k×n` (B is stored `n×k` when `transpose_b`), C is `m×n`, and the bias
+/// has `n` elements, one per column (as `nn.Linear`'s).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct GemmSpec {
+    /// Rows of C.
+    pub m: usize,
+    /// Columns of C.
+    pub n: usize,
+    /// The contracted dimension.
+    pub k: usize,
+    /// A is stored transposed (`k×m`).
+    pub transpose_a: bool,
+    /// B is stored transposed (`n×k`).
+    pub transpose_b: bool,
+    /// Applied to every element of C after the bias.
+    pub activation: Activation,
+}
+
+fn product(field: &str, a: usize, b: usize) -> Result<usize, KernelError> {
+    a.checked_mul(b)
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| KernelError::invalid(field, format!("{a}×{b} overflows")))
+}
+
+/// `C ← act(op(A)·op(B) + bias)`. The product runs in `matrixmultiply`'s
+/// sgemm (threaded); bias and activation then take one parallel pass over C.
+pub fn gemm(
+    spec: &GemmSpec,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+) -> Result<(), KernelError> {
+    let GemmSpec { m, n, k, .. } = *spec;
+    KernelError::check_len("a", product("m*k", m, k)?, a.len())?;
+    KernelError::check_len("b", product("k*n", k, n)?, b.len())?;
+    KernelError::check_len("c", product("m*n", m, n)?, c.len())?;
+    if let Some(bias) = bias {
+        KernelError::check_len("bias", n, bias.len())?;
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    // Strides of the logical op(A) (m×k) and op(B) (k×n) over their storage.
+    // All fit in isize: each is at most a checked buffer length.
+    let (rsa, csa) = if spec.transpose_a { (1, m) } else { (k, 1) };
+    let (rsb, csb) = if spec.transpose_b { (1, k) } else { (n, 1) };
+    // SAFETY: the lengths of a, b and c were checked against m, n, k above,
+    // so every element sgemm addresses through these strides is in bounds;
+    // c is exclusively borrowed; with beta = 0, C's old contents are ignored
+    // (and k = 0 just zeroes C).
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            rsa as isize,
+            csa as isize,
+            b.as_ptr(),
+            rsb as isize,
+            csb as isize,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+    epilogue(spec.activation, bias, n, c);
+    Ok(())
+}
+
+/// One pass over C: add the bias to each row and apply the activation.
+fn epilogue(activation: Activation, bias: Option<&[f32]>, n: usize, c: &mut [f32]) {
+    let row_pass = |row: &mut [f32]| match bias {
+        Some(bias) => activation.apply_with_bias(row, bias),
+        None => activation.apply_in_place(row),
+    };
+    if bias.is_none() && activation == Activation::Identity {
+        return;
+    }
+    if c.len() < MIN_PARALLEL {
+        c.chunks_exact_mut(n).for_each(row_pass);
+    } else {
+        let rows_per_task = (MIN_PARALLEL / 2 / n).max(1);
+        c.par_chunks_mut(rows_per_task * n)
+            .for_each(|rows| rows.chunks_exact_mut(n).for_each(row_pass));
+    }
+}

@@ -1,0 +1,208 @@
+//! LAMB with apex `FusedLAMB` semantics, all-or-nothing.
+//!
+//! Three passes: the global gradient norm; per segment the parameter norm,
+//! the update norm and a finiteness check of the new moments (nothing
+//! written); then the write pass, which recomputes the same update. The
+//! recomputation is bit-identical (same f32 operations, no FMA contraction),
+//! and it is what lets a refusal change nothing without a scratch buffer.
+
+use cistern_optim::LambConfig;
+
+use super::pieces::{segment_pieces, split, split_mut};
+use super::{StepContext, StepOutcome, covered, prepare};
+use crate::KernelError;
+use crate::parallel::{MIN_PARALLEL, map, run, sum_squares};
+
+/// One step of apex `FusedLAMB` (state: `exp_avg`, `exp_avg_sq`).
+/// A non-finite global gradient norm, moment, norm or trust ratio is an
+/// invalid-argument error and changes nothing.
+pub fn lamb_step(
+    config: &LambConfig,
+    ctx: &StepContext<'_>,
+    params: &mut [f32],
+    grads: &[f32],
+    state: &mut [&mut [f32]],
+) -> Result<StepOutcome, KernelError> {
+    let layout = config.state_layout();
+    if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
+        return Ok(skipped);
+    }
+    let [exp_avg, exp_avg_sq] = state else {
+        return Err(KernelError::invalid("state", "does not match the layout"));
+    };
+    let parallel = covered(ctx.segments) >= MIN_PARALLEL;
+    let pieces = segment_pieces(ctx.segments);
+    let ranges: Vec<_> = pieces.iter().map(|(_, r)| r.clone()).collect();
+
+    let grad_norm = map(split(grads, &ranges), parallel, sum_squares)
+        .iter()
+        .sum::<f64>()
+        .sqrt();
+    if !grad_norm.is_finite() {
+        return Err(KernelError::invalid(
+            "grads",
+            "the global gradient norm is not finite",
+        ));
+    }
+    let s = LambScalars::new(config, ctx.step, grad_norm);
+
+    let measured = {
+        let read: Vec<_> = split(params, &ranges)
+            .into_iter()
+            .zip(split(grads, &ranges))
+            .zip(split(exp_avg, &ranges))
+            .zip(split(exp_avg_sq, &ranges))
+            .collect();
+        map(read, parallel, |(((p, g), m), v)| measure(&s, p, g, m, v))
+    };
+    let mut norms = vec![Norms::default(); ctx.segments.len()];
+    for ((segment, _), piece) in pieces.iter().zip(measured) {
+        norms[*segment].add(piece);
+    }
+    let mut ratios = Vec::with_capacity(norms.len());
+    for (index, norms) in norms.iter().enumerate() {
+        let param_norm = norms.param_squares.sqrt();
+        let update_norm = norms.update_squares.sqrt();
+        let ratio = if s.trust_ratio && param_norm != 0.0 && update_norm != 0.0 {
+            config.lr * (param_norm / update_norm)
+        } else {
+            config.lr
+        };
+        if !(norms.moments_finite
+            && param_norm.is_finite()
+            && update_norm.is_finite()
+            && ratio.is_finite())
+        {
+            return Err(KernelError::invalid(
+                format!("segments[{index}]"),
+                "a moment, norm or trust ratio would be non-finite",
+            ));
+        }
+        ratios.push(ratio as f32);
+    }
+
+    let work: Vec<_> = pieces
+        .iter()
+        .map(|(segment, _)| ratios.get(*segment).copied().unwrap_or(0.0))
+        .zip(split_mut(params, &ranges)?)
+        .zip(split(grads, &ranges))
+        .zip(split_mut(exp_avg, &ranges)?)
+        .zip(split_mut(exp_avg_sq, &ranges)?)
+        .collect();
+    run(work, parallel, |((((ratio, p), g), m), v)| {
+        let n = p.len();
+        let (g, m, v) = (&g[..n], &mut m[..n], &mut v[..n]);
+        for i in 0..n {
+            let (m_i, v_i, u) = s.update(p[i], g[i], m[i], v[i]);
+            m[i] = m_i;
+            v[i] = v_i;
+            p[i] -= ratio * u;
+        }
+    });
+    Ok(StepOutcome::Applied)
+}
+
+/// Per-step constants, as apex's `multi_tensor_lamb` computes them.
+#[derive(Debug, Clone, Copy)]
+struct LambScalars {
+    inv_clip: f32,
+    decay: f32,
+    adam_w_mode: bool,
+    beta1: f32,
+    beta2: f32,
+    beta3: f32,
+    one_minus_beta2: f32,
+    inv_bias_correction1: f32,
+    inv_bias_correction2: f32,
+    eps: f32,
+    trust_ratio: bool,
+}
+
+impl LambScalars {
+    fn new(c: &LambConfig, step: u64, grad_norm: f64) -> Self {
+        let (beta1, beta2) = c.betas;
+        let t = step as f64;
+        let (bias_correction1, bias_correction2) = if c.bias_correction {
+            (1.0 - beta1.powf(t), 1.0 - beta2.powf(t))
+        } else {
+            (1.0, 1.0)
+        };
+        let clip = if grad_norm > c.max_grad_norm {
+            grad_norm / c.max_grad_norm
+        } else {
+            1.0
+        };
+        Self {
+            inv_clip: (1.0 / clip) as f32,
+            decay: c.weight_decay as f32,
+            adam_w_mode: c.adam_w_mode,
+            beta1: beta1 as f32,
+            beta2: beta2 as f32,
+            beta3: if c.grad_averaging { 1.0 - beta1 } else { 1.0 } as f32,
+            one_minus_beta2: (1.0 - beta2) as f32,
+            inv_bias_correction1: (1.0 / bias_correction1) as f32,
+            inv_bias_correction2: (1.0 / bias_correction2) as f32,
+            eps: c.eps as f32,
+            trust_ratio: c.use_nvlamb || c.weight_decay != 0.0,
+        }
+    }
+
+    /// The new moments and the update direction of one element.
+    #[inline(always)]
+    fn update(&self, p: f32, g: f32, m: f32, v: f32) -> (f32, f32, f32) {
+        let mut g = g * self.inv_clip;
+        if !self.adam_w_mode {
+            g += self.decay * p;
+        }
+        let m = m * self.beta1 + self.beta3 * g;
+        let v = v * self.beta2 + self.one_minus_beta2 * g * g;
+        let denom = (v * self.inv_bias_correction2).sqrt() + self.eps;
+        let mut u = (m * self.inv_bias_correction1) / denom;
+        if self.adam_w_mode {
+            u += self.decay * p;
+        }
+        (m, v, u)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Norms {
+    param_squares: f64,
+    update_squares: f64,
+    moments_finite: bool,
+}
+
+impl Default for Norms {
+    fn default() -> Self {
+        Self {
+            param_squares: 0.0,
+            update_squares: 0.0,
+            moments_finite: true,
+        }
+    }
+}
+
+impl Norms {
+    fn add(&mut self, other: Norms) {
+        self.param_squares += other.param_squares;
+        self.update_squares += other.update_squares;
+        self.moments_finite &= other.moments_finite;
+    }
+}
+
+fn measure(s: &LambScalars, p: &[f32], g: &[f32], m: &[f32], v: &[f32]) -> Norms {
+    let n = p.len();
+    let (g, m, v) = (&g[..n], &m[..n], &v[..n]);
+    let mut update_squares = 0.0f64;
+    let mut finite = true;
+    for i in 0..n {
+        let (m_i, v_i, u) = s.update(p[i], g[i], m[i], v[i]);
+        finite &= m_i.is_finite() & v_i.is_finite();
+        update_squares += f64::from(u) * f64::from(u);
+    }
+    Norms {
+        param_squares: sum_squares(p),
+        update_squares,
+        moments_finite: finite,
+    }
+}

@@ -1,0 +1,91 @@
+//! SGD with momentum, dampening, Nesterov and weight decay.
+
+use cistern_optim::SgdConfig;
+
+use super::pieces::{element_pieces, split, split_mut, split_optional};
+use super::{StepContext, StepOutcome, covered, prepare};
+use crate::KernelError;
+use crate::parallel::{MIN_PARALLEL, run};
+
+/// One step of `torch.optim.SGD` (state: `momentum_buffer` when momentum ≠ 0).
+/// At step 1 the momentum buffer becomes the gradient itself, undampened,
+/// as PyTorch does for a buffer it has not created yet.
+pub fn sgd_step(
+    config: &SgdConfig,
+    ctx: &StepContext<'_>,
+    params: &mut [f32],
+    grads: &[f32],
+    state: &mut [&mut [f32]],
+) -> Result<StepOutcome, KernelError> {
+    let layout = config.state_layout();
+    if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
+        return Ok(skipped);
+    }
+    let s = SgdScalars {
+        sign: if config.maximize { -1.0 } else { 1.0 },
+        weight_decay: config.weight_decay as f32,
+        lr: config.lr as f32,
+        momentum: config.momentum as f32,
+        one_minus_dampening: (1.0 - config.dampening) as f32,
+        nesterov: config.nesterov,
+        first: ctx.step == 1,
+    };
+    let buffer = state.first_mut().map(|b| &mut **b);
+    let ranges = element_pieces(ctx.segments);
+    let work: Vec<_> = split_mut(params, &ranges)?
+        .into_iter()
+        .zip(split(grads, &ranges))
+        .zip(split_optional(buffer, &ranges)?)
+        .collect();
+    run(
+        work,
+        covered(ctx.segments) >= MIN_PARALLEL,
+        |((p, g), buf)| piece(&s, p, g, buf),
+    );
+    Ok(StepOutcome::Applied)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SgdScalars {
+    sign: f32,
+    weight_decay: f32,
+    lr: f32,
+    momentum: f32,
+    one_minus_dampening: f32,
+    nesterov: bool,
+    first: bool,
+}
+
+fn piece(s: &SgdScalars, p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>) {
+    let n = p.len();
+    let g = &g[..n];
+    let decayed = |p: f32, g: f32| {
+        let g = g * s.sign;
+        if s.weight_decay != 0.0 {
+            g + s.weight_decay * p
+        } else {
+            g
+        }
+    };
+    match buf {
+        None => {
+            for i in 0..n {
+                p[i] -= s.lr * decayed(p[i], g[i]);
+            }
+        }
+        Some(buf) => {
+            let buf = &mut buf[..n];
+            for i in 0..n {
+                let d = decayed(p[i], g[i]);
+                let b = if s.first {
+                    d
+                } else {
+                    s.momentum * buf[i] + s.one_minus_dampening * d
+                };
+                buf[i] = b;
+                let step = if s.nesterov { d + s.momentum * b } else { b };
+                p[i] -= s.lr * step;
+            }
+        }
+    }
+}

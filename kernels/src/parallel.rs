@@ -1,0 +1,102 @@
+//! How kernels split work for rayon.
+//!
+//! Work is cut into pieces of [`PIECE`] elements; inputs under
+//! [`MIN_PARALLEL`] elements run on the calling thread, because below that
+//! the cost of waking the pool exceeds the work.
+
+use rayon::prelude::*;
+
+/// Elements per unit of parallel work (64 KiB of f32 per buffer).
+pub(crate) const PIECE: usize = 1 << 14;
+
+/// Inputs shorter than this run on the calling thread.
+pub(crate) const MIN_PARALLEL: usize = 1 << 15;
+
+/// Runs `f` on each piece of `dst`.
+pub(crate) fn for_each_mut(dst: &mut [f32], f: impl Fn(&mut [f32]) + Sync + Send) {
+    if dst.len() < MIN_PARALLEL {
+        f(dst);
+    } else {
+        dst.par_chunks_mut(PIECE).for_each(f);
+    }
+}
+
+/// Runs `f` on matching pieces of `dst` and `src` (equal lengths).
+pub(crate) fn zip_mut(dst: &mut [f32], src: &[f32], f: impl Fn(&mut [f32], &[f32]) + Sync + Send) {
+    debug_assert_eq!(dst.len(), src.len());
+    if dst.len() < MIN_PARALLEL {
+        f(dst, src);
+    } else {
+        dst.par_chunks_mut(PIECE)
+            .zip(src.par_chunks(PIECE))
+            .for_each(|(d, s)| f(d, s));
+    }
+}
+
+/// Runs `f` on matching pieces of `dst`, `a` and `b` (equal lengths).
+pub(crate) fn zip2_mut(
+    dst: &mut [f32],
+    a: &[f32],
+    b: &[f32],
+    f: impl Fn(&mut [f32], &[f32], &[f32]) + Sync + Send,
+) {
+    debug_assert!(dst.len() == a.len() && a.len() == b.len());
+    if dst.len() < MIN_PARALLEL {
+        f(dst, a, b);
+    } else {
+        dst.par_chunks_mut(PIECE)
+            .zip(a.par_chunks(PIECE))
+            .zip(b.par_chunks(PIECE))
+            .for_each(|((d, a), b)| f(d, a, b));
+    }
+}
+
+/// Runs `f` on every item, in parallel when `parallel`.
+pub(crate) fn run<T: Send>(work: Vec<T>, parallel: bool, f: impl Fn(T) + Sync + Send) {
+    if parallel {
+        work.into_par_iter().for_each(f);
+    } else {
+        work.into_iter().for_each(f);
+    }
+}
+
+/// Maps every item to a result, in order, in parallel when `parallel`.
+pub(crate) fn map<T: Send, R: Send>(
+    work: Vec<T>,
+    parallel: bool,
+    f: impl Fn(T) -> R + Sync + Send,
+) -> Vec<R> {
+    if parallel {
+        work.into_par_iter().map(f).collect()
+    } else {
+        work.into_iter().map(f).collect()
+    }
+}
+
+/// `Σ x²` in f64, with independent accumulators so the loop vectorizes.
+pub(crate) fn sum_squares(x: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            let v = f64::from(v);
+            *a += v * v;
+        }
+    }
+    let tail_sum: f64 = tail.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    acc.iter().sum::<f64>() + tail_sum
+}
+
+/// `Σ x` in f64, with independent accumulators so the loop vectorizes.
+pub(crate) fn sum(x: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a += f64::from(v);
+        }
+    }
+    acc.iter().sum::<f64>() + tail.iter().map(|&v| f64::from(v)).sum::<f64>()
+}

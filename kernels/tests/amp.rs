@@ -1,0 +1,110 @@
+//! AMP: unscaling with a found-inf flag, and steps that skip themselves.
+
+mod common;
+
+use cistern_kernels::{
+    KernelError, Segment, StepContext, StepOutcome, amp_unscale, optimizer_step,
+};
+use cistern_optim::{
+    AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
+};
+use common::Rng;
+
+#[test]
+fn unscale_multiplies_by_the_inverse_scale_and_leaves_the_flag_clear_when_finite() {
+    let mut grads = vec![65536.0f32, -32768.0, 0.0, 1.5];
+    let mut flag = [0.0f32];
+    amp_unscale(&mut grads, 1.0 / 65536.0, &mut flag).unwrap();
+    assert_eq!(grads, vec![1.0, -0.5, 0.0, 1.5 / 65536.0]);
+    assert_eq!(flag, [0.0]);
+}
+
+#[test]
+fn unscale_sets_the_flag_for_infinity_and_nan_in_large_buffers() {
+    for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+        let mut grads = Rng::new(4).vec(100_003);
+        grads[77_777] = bad;
+        let mut flag = [0.0f32];
+        amp_unscale(&mut grads, 0.5, &mut flag).unwrap();
+        assert_eq!(flag, [1.0], "{bad}");
+    }
+}
+
+#[test]
+fn unscale_never_clears_a_flag_already_set() {
+    let mut grads = vec![1.0f32; 8];
+    let mut flag = [1.0f32];
+    amp_unscale(&mut grads, 1.0, &mut flag).unwrap();
+    assert_eq!(flag, [1.0]);
+}
+
+#[test]
+fn unscale_refuses_a_flag_that_is_not_one_element() {
+    let mut grads = vec![1.0f32; 8];
+    let mut flag = [0.0f32; 2];
+    assert!(matches!(
+        amp_unscale(&mut grads, 1.0, &mut flag),
+        Err(KernelError::LengthMismatch { .. })
+    ));
+}
+
+#[test]
+fn every_optimizer_skips_itself_and_changes_nothing_when_the_flag_is_set() {
+    let configs = [
+        OptimizerConfig::Sgd(SgdConfig {
+            momentum: 0.9,
+            ..Default::default()
+        }),
+        OptimizerConfig::Adam(AdamConfig {
+            amsgrad: true,
+            ..Default::default()
+        }),
+        OptimizerConfig::AdamW(AdamWConfig::default()),
+        OptimizerConfig::RmsProp(RmsPropConfig {
+            centered: true,
+            momentum: 0.5,
+            ..Default::default()
+        }),
+        OptimizerConfig::Adagrad(AdagradConfig::default()),
+        OptimizerConfig::Lamb(LambConfig::default()),
+    ];
+    let segments = [Segment::new(0, 5), Segment::new(5, 1000)];
+    for config in configs {
+        let mut rng = Rng::new(9);
+        let initial = rng.params(1005);
+        let mut grads = rng.vec(1005);
+        grads[3] = f32::INFINITY;
+        grads[600] = f32::NAN;
+        let mut flag = [0.0f32];
+        amp_unscale(&mut grads, 1.0 / 1024.0, &mut flag).unwrap();
+        assert_eq!(flag, [1.0]);
+
+        let mut params = initial.clone();
+        // Non-negative, so second moments are valid.
+        let mut state: Vec<Vec<f32>> = (0..config.state_layout().len())
+            .map(|_| rng.vec(1005).iter().map(|v| v.abs()).collect())
+            .collect();
+        let before = state.clone();
+        let mut views: Vec<&mut [f32]> = state.iter_mut().map(|b| b.as_mut_slice()).collect();
+        let ctx = StepContext {
+            step: 3,
+            segments: &segments,
+            found_inf: Some(&flag),
+        };
+        let outcome = optimizer_step(&config, &ctx, &mut params, &grads, &mut views);
+        assert_eq!(outcome, Ok(StepOutcome::Skipped), "{config:?}");
+        assert_eq!(params, initial, "{config:?}");
+        assert_eq!(state, before, "{config:?}");
+
+        let clear = [0.0f32];
+        let ctx = StepContext {
+            found_inf: Some(&clear),
+            ..ctx
+        };
+        let finite_grads = rng.vec(1005);
+        let mut views: Vec<&mut [f32]> = state.iter_mut().map(|b| b.as_mut_slice()).collect();
+        let outcome = optimizer_step(&config, &ctx, &mut params, &finite_grads, &mut views);
+        assert_eq!(outcome, Ok(StepOutcome::Applied), "{config:?}");
+        assert_ne!(params, initial, "{config:?}");
+    }
+}
