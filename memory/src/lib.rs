@@ -9,5 +9,26 @@ mod error;
 mod trace;
 
 pub use code::ErrorCode;
-pub use error::{DevicePoison, IoError, Reason};
+pub use error::{DevicePoison, IoError, MAX_SOURCE_DEPTH, Reason};
 pub use trace::BackTrace;
+
+mod allocations;
+mod compaction;
+mod config;
+mod ids;
+mod manager;
+mod policy;
+mod pool;
+mod snapshot;
+mod stats;
+mod storage;
+mod streams;
+
+pub use compaction::{CompactionPlan, Relocation};
+pub use config::MemoryConfig;
+pub use ids::{AllocationId, SliceLocation, StreamId};
+pub use manager::MemoryManager;
+pub use policy::AllocationPolicy;
+pub use snapshot::{MemorySnapshot, PageSnapshot, PoolKind, SliceSnapshot, SliceUse};
+pub use stats::MemoryStats;
+pub use storage::{BookkeepingStorage, HostBuffer, HostStorage, Storage, StorageHandle, StorageId};

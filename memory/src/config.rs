@@ -1,0 +1,75 @@
+//! `MemoryConfig`: the manager's limits and tuning, passed in as a value.
+
+use serde::{Deserialize, Serialize};
+
+use crate::IoError;
+
+const MIB: u64 = 1 << 20;
+
+/// How a memory manager sizes pages and where it stops.
+///
+/// A plain value: the manager reads nothing else (no globals, no environment).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryConfig {
+    /// Most bytes of pages the manager holds at once (the device budget).
+    pub limit: u64,
+    /// Smallest page of the sliced pool.
+    pub min_page_size: u64,
+    /// Largest page of the sliced pool (also capped by the limit and by the
+    /// storage's largest buffer).
+    pub max_page_size: u64,
+    /// Most distinct sliced-pool page sizes held at once; a request needing
+    /// one more is `PageSizesExhausted`.
+    pub max_page_sizes: usize,
+    /// A new sliced page is at least the pool's reserved bytes divided by
+    /// this, so page sizes grow with demand (a few powers of two).
+    pub page_growth_divisor: u64,
+    /// Requests of at least this many bytes get an exclusive page of their own.
+    pub exclusive_threshold: u64,
+    /// A free exclusive page is reused for a request only if it wastes at
+    /// most this percentage of the page.
+    pub exclusive_max_waste_percent: u64,
+    /// Empty pages (of both pools) are kept for reuse while their bytes stay
+    /// under this percentage of the bytes in use; beyond it, the largest are
+    /// released before a new page is added.
+    pub idle_percent: u64,
+}
+
+impl MemoryConfig {
+    /// Sensible defaults under a memory limit of `limit` bytes.
+    pub fn with_limit(limit: u64) -> Self {
+        MemoryConfig {
+            limit,
+            min_page_size: 8 * MIB,
+            max_page_size: 256 * MIB,
+            max_page_sizes: 12,
+            page_growth_divisor: 8,
+            exclusive_threshold: 256 * MIB,
+            exclusive_max_waste_percent: 25,
+            idle_percent: 60,
+        }
+    }
+
+    /// Checks the values make sense together; the manager refuses a config that does not.
+    pub fn validate(&self) -> Result<(), IoError> {
+        let problem = if self.limit == 0 {
+            Some("limit must be positive")
+        } else if self.min_page_size == 0 || self.max_page_size < self.min_page_size {
+            Some("page sizes must satisfy 0 < min_page_size <= max_page_size")
+        } else if self.max_page_sizes == 0 {
+            Some("max_page_sizes must be positive")
+        } else if self.page_growth_divisor == 0 {
+            Some("page_growth_divisor must be positive")
+        } else if self.exclusive_max_waste_percent > 100 {
+            Some("exclusive_max_waste_percent must be at most 100")
+        } else {
+            None
+        };
+        match problem {
+            Some(message) => Err(IoError::unknown(format!(
+                "invalid memory config: {message}"
+            ))),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Where a request goes: a stream's pending slice, the exclusive pool, or the
+//! sliced pool, adding a page when the policy and the limit allow.
+
+use super::MemoryManager;
+use crate::pool::SliceState;
+use crate::snapshot::PoolKind;
+use crate::{AllocationPolicy, IoError, Storage, StorageId, StreamId};
+
+/// Why a request could not be placed; turned into an `IoError` (with a
+/// backtrace) only when the manager gives up.
+pub(super) enum Shortfall {
+    NoRoom,
+    SizesExhausted,
+    Forbidden,
+    Storage(IoError),
+}
+
+impl Shortfall {
+    pub(super) fn may_pass_after_release(&self) -> bool {
+        match self {
+            Shortfall::NoRoom | Shortfall::SizesExhausted => true,
+            Shortfall::Storage(error) => matches!(error, IoError::OutOfMemory { .. }),
+            Shortfall::Forbidden => false,
+        }
+    }
+}
+
+pub(super) struct Placement {
+    pub(super) slice: u32,
+    /// A use still in flight on the reserving stream, carried over from the
+    /// pending slice this request took.
+    pub(super) carried_use: Option<(StreamId, u64)>,
+}
+
+impl<S: Storage> MemoryManager<S> {
+    pub(super) fn place(
+        &mut self,
+        padded: u64,
+        policy: AllocationPolicy,
+        stream: StreamId,
+    ) -> Result<Placement, Shortfall> {
+        if let Some((slice, sequence)) = self.streams.take_reusable(stream, padded) {
+            self.pools.set_held(slice, SliceState::Allocated);
+            return Ok(Placement {
+                slice,
+                carried_use: Some((stream, sequence)),
+            });
+        }
+        let slice = if padded >= self.config.exclusive_threshold || padded > self.max_sliced_page {
+            self.place_exclusive(padded, policy)?
+        } else {
+            self.place_sliced(padded, policy)?
+        };
+        Ok(Placement {
+            slice,
+            carried_use: None,
+        })
+    }
+
+    fn place_sliced(&mut self, padded: u64, policy: AllocationPolicy) -> Result<u32, Shortfall> {
+        if let Some(slice) = self.pools.take_sliced(padded) {
+            return Ok(slice);
+        }
+        if policy == AllocationPolicy::Forbidden {
+            return Err(Shortfall::Forbidden);
+        }
+        let size = self.sliced_page_size(padded)?;
+        let storage = self.page_storage(size, policy)?;
+        self.pools.add_page(size, storage, PoolKind::Sliced);
+        self.note_reserved();
+        self.pools.take_sliced(padded).ok_or(Shortfall::NoRoom)
+    }
+
+    fn place_exclusive(&mut self, padded: u64, policy: AllocationPolicy) -> Result<u32, Shortfall> {
+        let waste = self.config.exclusive_max_waste_percent;
+        if let Some(slice) = self.pools.take_exclusive(padded, waste) {
+            return Ok(slice);
+        }
+        if policy == AllocationPolicy::Forbidden {
+            return Err(Shortfall::Forbidden);
+        }
+        let room = self.room();
+        let rounded = self.exclusive_page_size(padded);
+        let size = if rounded <= room { rounded } else { padded };
+        if size > room {
+            return Err(Shortfall::NoRoom);
+        }
+        let storage = self.page_storage(size, policy)?;
+        let slice = self.pools.add_exclusive_page(size, storage);
+        self.note_reserved();
+        Ok(slice)
+    }
+
+    /// Bytes of pages that can still be added under the limit.
+    fn room(&self) -> u64 {
+        self.config.limit.saturating_sub(self.pools.totals.reserved)
+    }
+
+    /// Exclusive pages are rounded up to a 32nd of their power of two (at
+    /// most ~3% more), so close sizes can share pages.
+    fn exclusive_page_size(&self, padded: u64) -> u64 {
+        let granule = (padded.next_power_of_two() / 32).max(self.alignment);
+        padded
+            .checked_next_multiple_of(granule)
+            .filter(|&size| size <= self.max_request)
+            .unwrap_or(padded)
+    }
+
+    /// The size of a new sliced page for a request of `padded` bytes: a power
+    /// of two that grows with the pool, within the limit and the bound on
+    /// distinct sizes; a held size or the request itself when tight.
+    fn sliced_page_size(&self, padded: u64) -> Result<u64, Shortfall> {
+        let room = self.room();
+        if padded > room {
+            return Err(Shortfall::NoRoom);
+        }
+        let totals = &self.pools.totals;
+        let is_held = |size: u64| totals.page_sizes.iter().any(|&(s, _)| s == size);
+        let has_room_for_new_size = totals.page_sizes.len() < self.config.max_page_sizes;
+        let wanted = padded
+            .max(self.config.min_page_size)
+            .max(totals.sliced_reserved / self.config.page_growth_divisor);
+        let mut candidate = wanted
+            .checked_next_power_of_two()
+            .unwrap_or(u64::MAX)
+            .min(self.max_sliced_page)
+            .max(padded);
+        let mut blocked_by_sizes = false;
+        loop {
+            if candidate <= room {
+                if has_room_for_new_size || is_held(candidate) {
+                    return Ok(candidate);
+                }
+                blocked_by_sizes = true;
+            }
+            if candidate == padded {
+                break;
+            }
+            candidate = (candidate / 2).max(padded);
+        }
+        let held = totals
+            .page_sizes
+            .iter()
+            .map(|&(size, _)| size)
+            .filter(|&size| size >= padded && size <= room)
+            .min();
+        match held {
+            Some(size) => Ok(size),
+            None if blocked_by_sizes => Err(Shortfall::SizesExhausted),
+            None => Err(Shortfall::NoRoom),
+        }
+    }
+
+    /// Allocates a page's storage, or none yet for a dry run.
+    fn page_storage(
+        &mut self,
+        size: u64,
+        policy: AllocationPolicy,
+    ) -> Result<Option<StorageId>, Shortfall> {
+        self.trim_idle_pages();
+        if policy == AllocationPolicy::DryRun {
+            return Ok(None);
+        }
+        let handle = self.storage.alloc(size).map_err(Shortfall::Storage)?;
+        self.counters.storage_allocs += 1;
+        Ok(Some(handle.id))
+    }
+
+    fn note_reserved(&mut self) {
+        let reserved = self.pools.totals.reserved;
+        self.counters.peak_reserved = self.counters.peak_reserved.max(reserved);
+    }
+
+    /// The error for a request of `size` bytes that could not be placed.
+    pub(super) fn failure(&mut self, shortfall: Shortfall, size: u64) -> IoError {
+        match shortfall {
+            Shortfall::NoRoom | Shortfall::Storage(IoError::OutOfMemory { .. }) => {
+                self.counters.ooms += 1;
+                IoError::out_of_memory(size)
+            }
+            Shortfall::SizesExhausted => IoError::page_sizes_exhausted(size),
+            Shortfall::Forbidden => IoError::page_update_forbidden(size),
+            Shortfall::Storage(error) => error,
+        }
+    }
+}

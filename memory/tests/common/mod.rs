@@ -1,0 +1,117 @@
+//! Shared helpers for the memory manager tests (included with `mod`).
+
+#![allow(dead_code)]
+
+use cistern_memory::{
+    AllocationId, AllocationPolicy, BackTrace, BookkeepingStorage, IoError, MemoryConfig,
+    MemoryManager, Storage, StorageHandle, StorageId, StreamId,
+};
+
+/// A kibibyte.
+pub const KIB: u64 = 1 << 10;
+/// A mebibyte.
+pub const MIB: u64 = 1 << 20;
+/// The stream most tests use.
+pub const S0: StreamId = StreamId(0);
+/// A second stream.
+pub const S1: StreamId = StreamId(1);
+
+/// Small pages so a test exercises many pages in few bytes.
+pub fn small_config(limit: u64) -> MemoryConfig {
+    MemoryConfig {
+        limit,
+        min_page_size: 64 * KIB,
+        max_page_size: MIB,
+        max_page_sizes: 8,
+        page_growth_divisor: 8,
+        exclusive_threshold: 512 * KIB,
+        exclusive_max_waste_percent: 25,
+        idle_percent: 60,
+    }
+}
+
+/// A manager on bookkeeping storage with `small_config(limit)`.
+pub fn manager(limit: u64) -> MemoryManager<BookkeepingStorage> {
+    match MemoryManager::new(BookkeepingStorage::new(256), small_config(limit)) {
+        Ok(manager) => manager,
+        Err(e) => panic!("a valid config is accepted: {e}"),
+    }
+}
+
+/// Reserves `size` bytes on `S0`, panicking on failure.
+pub fn reserve<S: Storage>(manager: &mut MemoryManager<S>, size: u64) -> AllocationId {
+    reserve_on(manager, size, S0)
+}
+
+/// Reserves `size` bytes on `stream`, panicking on failure.
+pub fn reserve_on<S: Storage>(
+    manager: &mut MemoryManager<S>,
+    size: u64,
+    stream: StreamId,
+) -> AllocationId {
+    match manager.reserve(size, AllocationPolicy::Allow, 0, stream) {
+        Ok(id) => id,
+        Err(e) => panic!("reserving {size} bytes failed: {e}"),
+    }
+}
+
+/// Resolves `id`, panicking on failure.
+pub fn locate<S: Storage>(
+    manager: &mut MemoryManager<S>,
+    id: AllocationId,
+) -> cistern_memory::SliceLocation {
+    match manager.locate(id) {
+        Ok(location) => location,
+        Err(e) => panic!("locating {id:?} failed: {e}"),
+    }
+}
+
+/// A storage whose allocations fail with `error` once `remaining` have succeeded.
+pub struct FailingStorage {
+    /// The storage that does the work.
+    pub inner: BookkeepingStorage,
+    /// Allocations left before it fails.
+    pub remaining: u64,
+    /// What it fails with.
+    pub error: IoError,
+}
+
+impl FailingStorage {
+    /// Fails with `OutOfMemory` after `remaining` allocations.
+    pub fn failing_after(remaining: u64) -> Self {
+        FailingStorage {
+            inner: BookkeepingStorage::new(256),
+            remaining,
+            error: IoError::OutOfMemory {
+                size: 0,
+                backtrace: BackTrace::none(),
+            },
+        }
+    }
+}
+
+impl Storage for FailingStorage {
+    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        if self.remaining == 0 {
+            return Err(self.error.clone());
+        }
+        self.remaining -= 1;
+        self.inner.alloc(size)
+    }
+
+    fn dealloc(&mut self, id: StorageId) {
+        self.inner.dealloc(id)
+    }
+
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+
+    fn max_buffer_size(&self) -> u64 {
+        self.inner.max_buffer_size()
+    }
+
+    fn contains(&self, id: StorageId) -> bool {
+        self.inner.contains(id)
+    }
+}
