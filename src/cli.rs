@@ -59,8 +59,8 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn run_bench(bench: BenchCommand) -> Result<(), String> {
     match bench {
-        BenchCommand::Alloc { .. } => not_built("bench alloc", 3),
-        BenchCommand::Roundtrip => not_built("bench roundtrip", 4),
+        BenchCommand::Alloc { trace } => crate::bench::alloc::run(&trace),
+        BenchCommand::Roundtrip => crate::bench::roundtrip::run(),
         BenchCommand::Optim => not_built("bench optim", 8),
         BenchCommand::Gemm => not_built("bench gemm", 8),
         BenchCommand::TrainStep => not_built("bench train-step", 0),

@@ -5,12 +5,14 @@
 //! on the facade.
 
 pub mod codec;
+mod compute;
 mod error;
 mod report;
 mod shape;
 
 pub use cistern_memory::ErrorCode;
 pub use codec::CodecError;
+pub use compute::{Buffer, ComputeClient, Event};
 pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;

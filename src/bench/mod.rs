@@ -1,1 +1,4 @@
 //! The `cistern bench` subcommands: each prints one JSON object per result line.
+
+pub mod alloc;
+pub mod roundtrip;

@@ -1,0 +1,80 @@
+//! `Buffer`: a reference-counted handle to device memory.
+
+use std::sync::Arc;
+
+use cistern_runtime::{Binding, BufferRef, Command, Region};
+
+use super::client::Shared;
+
+/// A device allocation. Cheap to clone; when the last clone drops, a free
+/// is sent to the server (which reuses the memory once the streams that used
+/// it are past their uses). Keeps its server alive.
+#[derive(Clone, Debug)]
+pub struct Buffer {
+    inner: Arc<BufferInner>,
+}
+
+#[derive(Debug)]
+struct BufferInner {
+    reference: BufferRef,
+    size: u64,
+    owner: Arc<Shared>,
+}
+
+impl Drop for BufferInner {
+    fn drop(&mut self) {
+        // A gone server has nothing left to free.
+        let _ = self.owner.server.send(Command::Free {
+            buffer: self.reference,
+        });
+    }
+}
+
+impl Buffer {
+    pub(crate) fn new(reference: BufferRef, size: u64, owner: Arc<Shared>) -> Self {
+        Buffer {
+            inner: Arc::new(BufferInner {
+                reference,
+                size,
+                owner,
+            }),
+        }
+    }
+
+    /// Its size in bytes, as reserved.
+    pub fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    /// The name commands use for it (server, allocation, generation).
+    pub fn reference(&self) -> BufferRef {
+        self.inner.reference
+    }
+
+    /// A kernel binding of all its bytes.
+    pub fn whole(&self) -> Binding {
+        self.range(0, self.inner.size)
+    }
+
+    /// A kernel binding of `size` bytes from `offset` (checked by the server).
+    pub fn range(&self, offset: u64, size: u64) -> Binding {
+        Binding {
+            buffer: self.inner.reference,
+            offset,
+            size,
+        }
+    }
+
+    /// A byte range of it, for transfers.
+    pub fn region(&self, offset: u64, size: u64) -> Region {
+        Region {
+            buffer: self.inner.reference,
+            offset,
+            size,
+        }
+    }
+
+    pub(crate) fn belongs_to(&self, owner: &Arc<Shared>) -> bool {
+        Arc::ptr_eq(&self.inner.owner, owner)
+    }
+}

@@ -1,0 +1,79 @@
+//! `ComputeClient` behaviour beyond the backend conformance suite: handles,
+//! clones and the order of frees.
+
+use cistern_client::ComputeClient;
+use cistern_runtime::{Device, DeviceOptions, KernelLaunch, ServerError};
+
+fn open() -> ComputeClient {
+    match ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(32 << 20)) {
+        Ok(client) => client,
+        Err(error) => panic!("cpu:0 opens: {error}"),
+    }
+}
+
+fn ok<T>(result: Result<T, ServerError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("call failed: {error}"),
+    }
+}
+
+#[test]
+fn dropping_the_last_handle_frees_its_allocation() {
+    let client = open();
+    let buffer = ok(client.upload_f32(&[1.0; 64]));
+    let copy = buffer.clone();
+    drop(buffer);
+    assert_eq!(ok(client.memory_stats()).live_allocations, 1);
+    drop(copy);
+    // The free travels on the command channel, so it is served before this query.
+    assert_eq!(ok(client.memory_stats()).live_allocations, 0);
+    assert_eq!(ok(client.server_stats()).frees, 1);
+}
+
+#[test]
+fn a_buffer_dropped_right_after_its_launch_is_freed_after_the_launch() {
+    let client = open();
+    let stream = client.default_stream();
+    for _ in 0..100 {
+        let buffer = ok(client.reserve(4096));
+        ok(client.launch(stream, KernelLaunch::fill(buffer.whole(), 1.0)));
+        drop(buffer);
+    }
+    ok(client.sync(stream));
+    assert_eq!(ok(client.server_stats()).kernels_run, 100);
+}
+
+#[test]
+fn clones_on_many_threads_share_one_server() {
+    let client = open();
+    let workers: Vec<_> = (0..4)
+        .map(|worker| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                for round in 0..50 {
+                    let value = (worker * 100 + round) as f32;
+                    let buffer = ok(client.upload_f32(&[value; 16]));
+                    assert_eq!(ok(client.download_f32(&buffer)), vec![value; 16]);
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        assert!(worker.join().is_ok());
+    }
+    let stats = ok(client.memory_stats());
+    assert_eq!(stats.live_allocations, 0);
+    assert_eq!(stats.reservations, 200);
+}
+
+#[test]
+fn a_stream_created_by_one_clone_is_usable_by_another() {
+    let client = open();
+    let other = client.clone();
+    let stream = ok(client.create_stream());
+    let buffer = ok(other.reserve(64));
+    ok(other.launch(stream, KernelLaunch::fill(buffer.whole(), 7.0)));
+    ok(client.sync(stream));
+    assert_eq!(ok(other.download_f32(&buffer)), vec![7.0; 16]);
+}

@@ -1,0 +1,211 @@
+//! `Backend`: what a device must provide to its server, in one trait.
+//!
+//! The server owns the memory manager (over the backend's [`Storage`]) and
+//! decides *what* runs *where*; a backend only runs it. It owns one queue per
+//! stream, runs each stream's [`StreamWork`] in order, answers the replies
+//! inside the work directly (the server never waits), settles failure tokens,
+//! and reports progress as [`Completion`]s on the channel it was built with.
+//! A fault inside a kernel is sticky: the backend refuses later work on
+//! every stream and reports the fault in a completion.
+
+pub mod cpu;
+
+use cistern_memory::{DevicePoison, SliceLocation, Storage, StreamId};
+
+use crate::command::EventId;
+use crate::failure::PendingToken;
+use crate::sync::Reply;
+use crate::{Device, Kernel, KernelArgs, ServerError};
+
+/// A device's side of a server.
+pub trait Backend: Send + 'static {
+    /// The memory the manager carves into slices.
+    type Storage: Storage + Send + 'static;
+
+    /// The device this backend drives.
+    fn device(&self) -> Device;
+
+    /// Starts an empty stream, independent of the others.
+    fn create_stream(&mut self, stream: StreamId) -> Result<(), ServerError>;
+
+    /// Ends a stream once its queued work has run; queued work still runs.
+    fn destroy_stream(&mut self, stream: StreamId);
+
+    /// Queues `work` as number `sequence` of `stream` (sequences rise by one
+    /// per stream) and returns without waiting for it. A backend may gather
+    /// work until [`flush`](Backend::flush), but sends work with a reply
+    /// (read, sync) at once. Locations were
+    /// resolved and checked by the server. On refusal the work is handed
+    /// back unrun, for the server to answer.
+    fn submit(
+        &mut self,
+        storage: &Self::Storage,
+        stream: StreamId,
+        sequence: u64,
+        work: StreamWork,
+    ) -> Result<(), Box<Refused>>;
+
+    /// Sends work gathered by `submit` to the device. The server calls it
+    /// before it waits for commands; a backend that queues at once need
+    /// not gather (the default does nothing).
+    fn flush(&mut self) {}
+
+    /// Whether this backend can run a strided copy of this layout.
+    fn supports_strides(&self, layout: &StrideLayout) -> bool;
+
+    /// Copies the bytes of `from` to `to` now, for a compaction; the server
+    /// only moves slices that no queued work uses.
+    fn relocate(
+        &mut self,
+        storage: &Self::Storage,
+        from: SliceLocation,
+        to: SliceLocation,
+    ) -> Result<(), ServerError>;
+
+    /// Forgets an event once no one can wait for it any more.
+    fn release_event(&mut self, event: EventId);
+
+    /// What the device has run.
+    fn counters(&self) -> DeviceCounters;
+}
+
+/// One item of a stream's in-order work, with locations already resolved.
+#[derive(Debug)]
+pub enum StreamWork {
+    /// Write `data` to `target` (`data.len() == target.size`).
+    Write {
+        /// Where.
+        target: SliceLocation,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// Read `source` and answer with its bytes.
+    Read {
+        /// What.
+        source: SliceLocation,
+        /// The answer.
+        reply: Reply<Vec<u8>>,
+    },
+    /// Copy `source` to `target` (same size, not overlapping).
+    Copy {
+        /// Read from.
+        source: SliceLocation,
+        /// Written.
+        target: SliceLocation,
+    },
+    /// A strided copy; `layout` addresses elements from each location's start.
+    StridedCopy {
+        /// The source's element zero onwards.
+        source: SliceLocation,
+        /// The target's element zero onwards.
+        target: SliceLocation,
+        /// Shape, strides and element size (boxed: rare, and wide).
+        layout: Box<StrideLayout>,
+    },
+    /// Run one kernel.
+    Launch {
+        /// The call.
+        launch: ResolvedLaunch,
+        /// Settle it with the outcome.
+        token: Option<PendingToken>,
+    },
+    /// Run kernels in order, stopping at the first failure.
+    Batch {
+        /// The calls.
+        launches: Vec<ResolvedLaunch>,
+        /// Settle it with the outcome of the whole batch.
+        token: Option<PendingToken>,
+    },
+    /// Fire `event` when the stream reaches this point.
+    RecordEvent {
+        /// The event (new: never recorded before).
+        event: EventId,
+    },
+    /// Hold the stream until `event` has fired.
+    WaitEvent {
+        /// The event.
+        event: EventId,
+    },
+    /// Answer once everything before it ran: the latched error (clearing
+    /// it), the device's fault, or `Ok`.
+    Sync {
+        /// The answer.
+        reply: Reply<()>,
+    },
+    /// Latch `error` on the stream (the server refused asynchronous work),
+    /// unless an earlier error is latched.
+    Fail {
+        /// The refusal.
+        error: ServerError,
+    },
+}
+
+impl StreamWork {
+    /// Answers this work's reply or token with `error` without running it.
+    pub fn refuse(self, error: ServerError) {
+        match self {
+            StreamWork::Read { reply, .. } => drop(reply.send(Err(error))),
+            StreamWork::Sync { reply } => drop(reply.send(Err(error))),
+            StreamWork::Launch { token, .. } | StreamWork::Batch { token, .. } => {
+                if let Some(token) = token {
+                    token.fail(error);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Work a backend did not queue, handed back with the reason (boxed: it is
+/// the rare path and carries the whole work item).
+#[derive(Debug)]
+pub struct Refused {
+    /// Why.
+    pub error: ServerError,
+    /// The work, unrun.
+    pub work: StreamWork,
+}
+
+/// A kernel call whose bindings are resolved to memory locations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedLaunch {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Each binding's bytes, in signature order.
+    pub bindings: Vec<SliceLocation>,
+    /// Its arguments.
+    pub args: KernelArgs,
+}
+
+/// The shape of a strided copy, strides in elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StrideLayout {
+    /// Elements per dimension.
+    pub shape: Vec<u64>,
+    /// Source stride per dimension.
+    pub source_strides: Vec<u64>,
+    /// Target stride per dimension.
+    pub target_strides: Vec<u64>,
+    /// Bytes per element.
+    pub element_size: u64,
+}
+
+/// Progress of one stream: all its work up to `sequence` has run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The stream.
+    pub stream: StreamId,
+    /// Highest sequence run; everything before it on the stream ran too.
+    pub sequence: u64,
+    /// The sticky fault met while running it, if any.
+    pub fault: Option<DevicePoison>,
+}
+
+/// What a device has run since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Kernels that ran to completion.
+    pub kernels_run: u64,
+    /// Runs of the `Empty` kernel.
+    pub empty_kernel_runs: u64,
+}

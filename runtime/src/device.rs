@@ -1,0 +1,114 @@
+//! Devices: naming one, listing those present, and the options to open one.
+
+use serde::{Deserialize, Serialize};
+
+use crate::FaultPlan;
+
+/// A device a server can own: a backend kind and an ordinal within it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Device {
+    /// The host CPU; ordinal 0 is the only one present.
+    Cpu(usize),
+    /// A wgpu adapter (Vulkan, Metal, DX12, GL); no backend is built yet.
+    Wgpu(usize),
+    /// A CUDA device; no backend is built yet.
+    Cuda(usize),
+}
+
+impl Device {
+    /// The ordinal within the backend kind.
+    pub fn ordinal(self) -> usize {
+        match self {
+            Device::Cpu(n) | Device::Wgpu(n) | Device::Cuda(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu(n) => write!(f, "cpu:{n}"),
+            Device::Wgpu(n) => write!(f, "wgpu:{n}"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// What is known about a device present on this machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    /// The device.
+    pub device: Device,
+    /// A readable name (`"host CPU"`, an adapter name).
+    pub name: String,
+    /// Parallel compute units (CPU cores, multiprocessors).
+    pub compute_units: usize,
+    /// Total memory in bytes, when the platform says.
+    pub memory_bytes: Option<u64>,
+    /// The memory limit a server opened with default options would use.
+    pub default_memory_limit: u64,
+}
+
+/// Every device present: today the host CPU, always.
+pub fn list_devices() -> Vec<DeviceInfo> {
+    vec![DeviceInfo {
+        device: Device::Cpu(0),
+        name: "host CPU".to_string(),
+        compute_units: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        memory_bytes: host_memory_bytes(),
+        default_memory_limit: default_cpu_memory_limit(),
+    }]
+}
+
+/// How to open a device.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceOptions {
+    /// The memory budget in bytes; `None` takes the device's default (half
+    /// the host memory for the CPU).
+    pub memory_limit: Option<u64>,
+    /// Faults to inject (tests); the default injects none and costs nothing.
+    pub faults: FaultPlan,
+}
+
+impl DeviceOptions {
+    /// Options with the given memory budget.
+    pub fn with_memory_limit(bytes: u64) -> Self {
+        DeviceOptions {
+            memory_limit: Some(bytes),
+            ..DeviceOptions::default()
+        }
+    }
+}
+
+/// Half the host memory, or 1 GiB when the platform does not say.
+pub(crate) fn default_cpu_memory_limit() -> u64 {
+    host_memory_bytes().map_or(1 << 30, |bytes| bytes / 2)
+}
+
+/// Total host memory in bytes, from `/proc/meminfo` where there is one.
+pub fn host_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cpu_is_always_listed_with_a_positive_default_limit() {
+        let devices = list_devices();
+        assert_eq!(devices[0].device, Device::Cpu(0));
+        assert!(devices[0].default_memory_limit > 0);
+        assert!(devices[0].compute_units >= 1);
+    }
+
+    #[test]
+    fn devices_print_as_kind_and_ordinal() {
+        assert_eq!(Device::Cpu(0).to_string(), "cpu:0");
+        assert_eq!(Device::Cuda(2).to_string(), "cuda:2");
+        assert_eq!(Device::Wgpu(1).ordinal(), 1);
+    }
+}

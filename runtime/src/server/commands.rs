@@ -1,0 +1,249 @@
+//! What each command does to the server's state, once dispatched by
+//! [`ServerCore::handle`]: reservations, transfers, launches, streams,
+//! events, compaction.
+
+use cistern_memory::{AllocationId, AllocationPolicy, BackTrace, IoError, StreamId};
+
+use super::core::{ServerCore, trace_refusal};
+use super::validate::{check_launch, check_strided, regions_overlap};
+use crate::backend::{Backend, ResolvedLaunch, StreamWork, StrideLayout};
+use crate::command::{BufferRef, CompactionReport, EventId, Region, Reservation, StridedCopy};
+use crate::failure::PendingToken;
+use crate::{DEFAULT_STREAM, FailureToken, KernelLaunch, ServerError};
+
+impl<B: Backend> ServerCore<B> {
+    pub(super) fn reserve(
+        &mut self,
+        size: u64,
+        policy: AllocationPolicy,
+        stream: StreamId,
+    ) -> Result<Reservation, ServerError> {
+        self.gate(stream)?;
+        if size == 0 {
+            return Err(ServerError::InvalidArgument {
+                message: "a reservation needs at least one byte".to_string(),
+            });
+        }
+        let generation = self.context.generation();
+        let id = self.memory.reserve(size, policy, generation, stream)?;
+        Ok(Reservation {
+            buffer: BufferRef {
+                server: self.id,
+                id,
+                generation,
+            },
+            size,
+        })
+    }
+
+    pub(super) fn free(&mut self, buffer: BufferRef) {
+        // A handle of an older generation names memory already released.
+        if buffer.server != self.id || buffer.generation != self.context.generation() {
+            return;
+        }
+        if let Err(error) = self.memory.free(buffer.id) {
+            trace_refusal("free", &error.into());
+        }
+    }
+
+    pub(super) fn write(
+        &mut self,
+        stream: StreamId,
+        target: Region,
+        data: Vec<u8>,
+    ) -> Result<(), ServerError> {
+        if data.len() as u64 != target.size {
+            return Err(ServerError::InvalidArgument {
+                message: format!(
+                    "{} bytes written to a range of {} bytes",
+                    data.len(),
+                    target.size
+                ),
+            });
+        }
+        let location = self.locate_for(stream, &target)?;
+        let work = StreamWork::Write {
+            target: location,
+            data,
+        };
+        self.submit(stream, work, &[target.buffer.id])
+    }
+
+    pub(super) fn copy(
+        &mut self,
+        stream: StreamId,
+        source: Region,
+        target: Region,
+    ) -> Result<(), ServerError> {
+        if source.size != target.size {
+            return Err(ServerError::InvalidArgument {
+                message: format!(
+                    "copy of {} bytes into a range of {} bytes",
+                    source.size, target.size
+                ),
+            });
+        }
+        if regions_overlap(&source, &target) {
+            return Err(ServerError::InvalidArgument {
+                message: "copy source and target overlap".to_string(),
+            });
+        }
+        let from = self.locate_for(stream, &source)?;
+        let to = self.locate_for(stream, &target)?;
+        let work = StreamWork::Copy {
+            source: from,
+            target: to,
+        };
+        self.submit(stream, work, &[source.buffer.id, target.buffer.id])
+    }
+
+    pub(super) fn strided_copy(
+        &mut self,
+        stream: StreamId,
+        copy: Box<StridedCopy>,
+    ) -> Result<(), ServerError> {
+        self.gate(stream)?;
+        let source_size = self.size_of(copy.source)?;
+        let target_size = self.size_of(copy.target)?;
+        let (source_span, target_span) = check_strided(&copy, source_size, target_size)?;
+        let copy = *copy;
+        let layout = StrideLayout {
+            shape: copy.shape,
+            source_strides: copy.source_strides,
+            target_strides: copy.target_strides,
+            element_size: copy.element_size,
+        };
+        if !self.backend.supports_strides(&layout) {
+            return Err(IoError::UnsupportedStrides {
+                backtrace: BackTrace::capture(),
+            }
+            .into());
+        }
+        let source = self.slice(copy.source.id, copy.source_offset, source_span)?;
+        let target = self.slice(copy.target.id, copy.target_offset, target_span)?;
+        let work = StreamWork::StridedCopy {
+            source,
+            target,
+            layout: Box::new(layout),
+        };
+        self.submit(stream, work, &[copy.source.id, copy.target.id])
+    }
+
+    /// Launches one kernel or a batch. Nothing is queued unless every call
+    /// passes; a refusal settles the token and latches on the stream.
+    pub(super) fn launch(
+        &mut self,
+        stream: StreamId,
+        launches: &[KernelLaunch],
+        token: Option<FailureToken>,
+        batch: bool,
+    ) {
+        let token = token.map(|token| PendingToken::new(token, self.ordinal));
+        let mut uses = Vec::new();
+        let prepared = self.gate(stream).and_then(|()| match (batch, launches) {
+            // The hot path: one launch, no batch vector.
+            (false, [launch]) => self.resolve_launch(launch, &mut uses).map(Prepared::One),
+            _ => launches
+                .iter()
+                .map(|launch| self.resolve_launch(launch, &mut uses))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Prepared::Many),
+        });
+        let work = match prepared {
+            Ok(Prepared::One(launch)) => StreamWork::Launch { launch, token },
+            Ok(Prepared::Many(launches)) => StreamWork::Batch { launches, token },
+            Err(error) => return self.refuse_async(stream, token, error),
+        };
+        let _ = self.submit(stream, work, &uses);
+    }
+
+    pub(super) fn resolve_launch(
+        &mut self,
+        launch: &KernelLaunch,
+        uses: &mut Vec<AllocationId>,
+    ) -> Result<ResolvedLaunch, ServerError> {
+        check_launch(launch, |buffer| self.size_of(buffer))?;
+        let mut bindings = Vec::with_capacity(launch.bindings.len());
+        for binding in &launch.bindings {
+            bindings.push(self.slice(binding.buffer.id, binding.offset, binding.size)?);
+            uses.push(binding.buffer.id);
+        }
+        Ok(ResolvedLaunch {
+            kernel: launch.kernel,
+            bindings,
+            args: launch.args,
+        })
+    }
+
+    /// Settles the token of refused asynchronous work and latches the
+    /// refusal on its stream, so the owner's next sync sees it too.
+    pub(super) fn refuse_async(
+        &mut self,
+        stream: StreamId,
+        token: Option<PendingToken>,
+        error: ServerError,
+    ) {
+        trace_refusal("launch", &error);
+        if let Some(token) = token {
+            token.fail(error.clone());
+        }
+        // A poisoned device already answers every sync with its fault.
+        if !error.is_device_poisoned() && self.streams.contains_key(&stream) {
+            let _ = self.submit(stream, StreamWork::Fail { error }, &[]);
+        }
+    }
+
+    pub(super) fn create_stream(&mut self) -> Result<StreamId, ServerError> {
+        self.context.admit()?;
+        let stream = StreamId(self.next_stream);
+        self.backend.create_stream(stream)?;
+        self.next_stream += 1;
+        self.streams.insert(stream, 0);
+        Ok(stream)
+    }
+
+    pub(super) fn destroy_stream(&mut self, stream: StreamId) -> Result<(), ServerError> {
+        if stream == DEFAULT_STREAM {
+            return Err(ServerError::InvalidArgument {
+                message: "the default stream cannot be destroyed".to_string(),
+            });
+        }
+        self.check_stream(stream)?;
+        self.backend.destroy_stream(stream);
+        self.streams.remove(&stream);
+        Ok(())
+    }
+
+    pub(super) fn record_event(&mut self, stream: StreamId) -> Result<EventId, ServerError> {
+        self.gate(stream)?;
+        let event = EventId(self.next_event);
+        self.next_event += 1;
+        self.submit(stream, StreamWork::RecordEvent { event }, &[])?;
+        Ok(event)
+    }
+
+    pub(super) fn compact(&mut self) -> Result<CompactionReport, ServerError> {
+        self.context.admit()?;
+        let plan = self.memory.plan_compaction();
+        let mut report = CompactionReport::default();
+        for relocation in &plan.moves {
+            let copied =
+                self.backend
+                    .relocate(self.memory.storage(), relocation.from, relocation.to);
+            if let Err(error) = copied {
+                self.memory.abort_compaction(plan);
+                return Err(error);
+            }
+            report.moved += 1;
+            report.bytes += relocation.from.size;
+        }
+        self.memory.commit_compaction(plan)?;
+        Ok(report)
+    }
+}
+
+/// Launches checked and resolved, before they become stream work.
+enum Prepared {
+    One(ResolvedLaunch),
+    Many(Vec<ResolvedLaunch>),
+}

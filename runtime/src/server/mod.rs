@@ -1,0 +1,15 @@
+//! The device server: a synchronous core, the thread around it, the context
+//! state it gates commands with, and the checks it runs before queueing.
+
+mod commands;
+mod context;
+mod core;
+mod thread;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use context::ContextState;
+pub use core::{Flow, ServerCore};
+pub use thread::{ServerEnd, ServerHandle, next_server_id, open, spawn};

@@ -1,0 +1,218 @@
+//! The server thread: a loop around [`ServerCore`], the handle clients send
+//! through, and the record of why the server ended.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use cistern_memory::MemoryConfig;
+
+use super::core::{Flow, ServerCore};
+use crate::backend::Backend;
+use crate::backend::cpu::CpuBackend;
+use crate::command::{Command, ServerId};
+use crate::device::default_cpu_memory_limit;
+use crate::fault::panic_message;
+use crate::sync::{
+    Condvar, Mutex, PATIENCE, Receiver, Reply, Sender, recv_patiently, reply_channel, unbounded,
+};
+use crate::{Device, DeviceOptions, ServerError};
+
+/// How long a caller whose reply channel disconnected waits for the server
+/// thread to record why it ended. The thread records it right after
+/// unwinding, so this bound is only reached if it was killed outright.
+const END_REASON_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens a device: starts its server thread with the device's backend.
+///
+/// A device that is not present is `DeviceUnavailable`.
+pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, ServerError> {
+    match device {
+        Device::Cpu(0) => {
+            let (completions, completed) = unbounded();
+            let (backend, storage) = CpuBackend::new(0, completions);
+            let limit = options
+                .memory_limit
+                .unwrap_or_else(default_cpu_memory_limit);
+            let core = ServerCore::new(
+                next_server_id(),
+                backend,
+                storage,
+                MemoryConfig::with_limit(limit),
+                completed,
+                options.faults,
+            )?;
+            spawn(core)
+        }
+        other => Err(ServerError::DeviceUnavailable {
+            device: other.to_string(),
+            reason: match other {
+                Device::Cpu(_) => "only cpu:0 is present".to_string(),
+                Device::Wgpu(_) => "the wgpu backend is not built yet".to_string(),
+                Device::Cuda(_) => "the CUDA backend is not built yet".to_string(),
+            },
+        }),
+    }
+}
+
+/// A fresh id for a server of this process.
+pub fn next_server_id() -> ServerId {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    ServerId(NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Starts a server thread around `core`.
+pub fn spawn<B: Backend>(core: ServerCore<B>) -> Result<ServerHandle, ServerError> {
+    let device = core.backend().device();
+    let id = core.id();
+    let (inbox, commands) = unbounded();
+    let end = Arc::new(ServerEnd::default());
+    let thread_end = end.clone();
+    std::thread::Builder::new()
+        .name(format!("cistern-{}-server", device).replace(':', ""))
+        .spawn(move || serve(core, commands, &thread_end))
+        .map_err(|e| ServerError::DeviceUnavailable {
+            device: device.to_string(),
+            reason: format!("could not start the server thread: {e}"),
+        })?;
+    Ok(ServerHandle {
+        id,
+        device,
+        inbox,
+        end,
+    })
+}
+
+fn serve<B: Backend>(mut core: ServerCore<B>, commands: Receiver<Command>, end: &ServerEnd) {
+    let ordinal = core.backend().device().ordinal();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        loop {
+            let command = match commands.try_recv() {
+                Ok(command) => command,
+                Err(_) => {
+                    // About to wait: let the device start what was gathered.
+                    core.flush();
+                    match recv_patiently(&commands, PATIENCE) {
+                        Ok(command) => command,
+                        Err(_) => break,
+                    }
+                }
+            };
+            if core.handle(command) == Flow::Stop {
+                break;
+            }
+        }
+    }));
+    let reason = match outcome {
+        Ok(()) => ServerError::ServerGone { ordinal },
+        Err(payload) => ServerError::ServerPanicked {
+            ordinal,
+            message: panic_message(payload.as_ref()),
+        },
+    };
+    tracing::info!(device = ordinal, code = reason.code().stable_id(), %reason, "server ended");
+    // Recorded before the inbox closes, so every later send finds it.
+    end.record(reason);
+    drop(commands);
+    // Closes the stream queues: executors run what is queued, then exit.
+    drop(core);
+}
+
+/// Why a server ended, shared by the server thread and every client.
+#[derive(Debug, Default)]
+pub struct ServerEnd {
+    reason: Mutex<Option<ServerError>>,
+    recorded: Condvar,
+}
+
+impl ServerEnd {
+    /// Why the server ended, if it has.
+    pub fn reason(&self) -> Option<ServerError> {
+        self.reason.lock().clone()
+    }
+
+    /// Why the server ended, waiting for the server thread to record it.
+    fn wait(&self, ordinal: usize) -> ServerError {
+        let deadline = Instant::now() + END_REASON_WAIT;
+        let mut reason = self.reason.lock();
+        while reason.is_none() {
+            if self.recorded.wait_until(&mut reason, deadline).timed_out() {
+                break;
+            }
+        }
+        reason
+            .clone()
+            .unwrap_or(ServerError::ServerGone { ordinal })
+    }
+
+    fn record(&self, error: ServerError) {
+        let mut reason = self.reason.lock();
+        if reason.is_none() {
+            *reason = Some(error);
+        }
+        self.recorded.notify_all();
+    }
+}
+
+/// The sending side of a running server. Dropping it shuts the server down
+/// (queued work still runs).
+#[derive(Debug)]
+pub struct ServerHandle {
+    id: ServerId,
+    device: Device,
+    inbox: Sender<Command>,
+    end: Arc<ServerEnd>,
+}
+
+impl ServerHandle {
+    /// The server's id: handles it made name it.
+    pub fn id(&self) -> ServerId {
+        self.id
+    }
+
+    /// The device it owns.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Sends a command without waiting. If the server has ended, the error
+    /// says why (`ServerPanicked`, `ServerGone`).
+    pub fn send(&self, command: Command) -> Result<(), ServerError> {
+        self.inbox.send(command).map_err(|_| self.end_reason())
+    }
+
+    /// Sends the command `make` builds around a fresh reply, and waits for the answer.
+    pub fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, ServerError> {
+        let (reply, answer) = reply_channel();
+        self.send(make(reply))?;
+        self.wait(&answer)
+    }
+
+    /// Waits for an answer; a reply dropped unanswered means the server ended.
+    pub fn wait<T>(&self, answer: &Receiver<Result<T, ServerError>>) -> Result<T, ServerError> {
+        recv_patiently(answer, PATIENCE).unwrap_or_else(|_| Err(self.end_reason()))
+    }
+
+    /// Why the server ended, if it has.
+    pub fn ended(&self) -> Option<ServerError> {
+        self.end.reason()
+    }
+
+    /// Why the server ended, once it has (waits for the thread to say).
+    pub fn end_reason(&self) -> ServerError {
+        self.end.wait(self.device.ordinal())
+    }
+
+    /// Stops the server once it reaches this command; later calls answer
+    /// `ServerGone`.
+    pub fn shutdown(&self) -> Result<(), ServerError> {
+        self.call(|reply| Command::Shutdown { reply: Some(reply) })
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        let _ = self.inbox.send(Command::Shutdown { reply: None });
+    }
+}

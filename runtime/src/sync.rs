@@ -1,0 +1,54 @@
+//! The channels and locks shared by the server, its executors and clients.
+//!
+//! Everything concurrent in Cistern goes through these names, so a model
+//! checker (loom, shuttle) can replace them in one place.
+
+pub use crossbeam_channel::{
+    Receiver, RecvError, RecvTimeoutError, SendError, Sender, TryRecvError, bounded, unbounded,
+};
+pub use parking_lot::{Condvar, Mutex, MutexGuard};
+
+/// The sending half of a one-shot reply: a command that answers carries one.
+///
+/// A dropped reply (its server or executor ended) is seen by the waiting
+/// receiver as a disconnect, never as a hang.
+pub type Reply<T> = Sender<Result<T, crate::ServerError>>;
+
+/// A reply channel for one answer: the sender goes into the command, the
+/// caller waits on the receiver.
+pub fn reply_channel<T>() -> (Reply<T>, Receiver<Result<T, crate::ServerError>>) {
+    bounded(1)
+}
+
+/// How long a thread that expects an answer soon polls before it sleeps.
+///
+/// Waking a sleeping thread costs a futex call and, on a virtual machine, an
+/// interrupt to a halted CPU: several microseconds per hop. A server round
+/// trip has three hops, so the waits on it poll (yielding the CPU) this long first.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Receives like [`Receiver::recv`], but polls for `patience` before sleeping.
+pub fn recv_patiently<T>(
+    receiver: &Receiver<T>,
+    patience: std::time::Duration,
+) -> Result<T, RecvError> {
+    let mut spins = 0u32;
+    let mut started = None;
+    loop {
+        match receiver.try_recv() {
+            Ok(value) => return Ok(value),
+            Err(TryRecvError::Disconnected) => return Err(RecvError),
+            Err(TryRecvError::Empty) => {}
+        }
+        if spins < 64 {
+            spins += 1;
+            std::hint::spin_loop();
+            continue;
+        }
+        let started = *started.get_or_insert_with(std::time::Instant::now);
+        if started.elapsed() >= patience {
+            return receiver.recv();
+        }
+        std::thread::yield_now();
+    }
+}

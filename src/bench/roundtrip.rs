@@ -1,0 +1,236 @@
+//! `cistern bench roundtrip`: the cost of talking to a device server,
+//! against a bare channel measured in the same run.
+//!
+//! Prints JSON lines: the reference channel (ping-pong latency and one-way
+//! rate), a bare three-thread ring (a diagnostic: the round trip's topology
+//! without the server), the blocking round trip of a sync on an idle stream (client →
+//! server → the stream's executor → client), a command the server answers
+//! itself (a diagnostic: two hops), and the rate of asynchronous
+//! empty-kernel launches followed by one sync. The
+//! run fails unless the server served exactly the commands sent and the
+//! device ran exactly the empty kernels launched.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cistern_client::ComputeClient;
+use cistern_runtime::sync::{PATIENCE, recv_patiently, unbounded};
+use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
+
+const WARMUP: usize = 10_000;
+const ROUND_TRIPS: usize = 200_000;
+const ONE_WAY_MESSAGES: usize = 2_000_000;
+const SUBMITS: usize = 1_000_000;
+
+/// Runs the benchmark and prints its JSON lines.
+pub fn run() -> Result<(), String> {
+    let channel = channel_ping_pong()?;
+    let one_way = channel_one_way()?;
+    print_line(serde_json::json!({
+        "bench": "channel",
+        "p50_ns": channel.p50,
+        "p99_ns": channel.p99,
+        "msgs_per_s": one_way,
+    }));
+
+    // Diagnostic: the bare cost of the round trip's topology, three threads
+    // in a ring, waiting the way the server's threads do.
+    let ring = channel_ring(3)?;
+    print_line(serde_json::json!({
+        "bench": "channel_ring3",
+        "p50_ns": ring.p50,
+        "p99_ns": ring.p99,
+    }));
+
+    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(64 << 20))
+        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    let stream = client.default_stream();
+
+    for _ in 0..WARMUP {
+        client.sync(stream).map_err(error("sync"))?;
+    }
+    let mut samples = Vec::with_capacity(ROUND_TRIPS);
+    for _ in 0..ROUND_TRIPS {
+        let start = Instant::now();
+        client.sync(stream).map_err(error("sync"))?;
+        samples.push(nanos(start.elapsed()));
+    }
+    let roundtrip = Percentiles::of(samples);
+    print_line(serde_json::json!({
+        "bench": "roundtrip",
+        "p50_ns": roundtrip.p50,
+        "p99_ns": roundtrip.p99,
+        "p50_vs_channel": ratio(roundtrip.p50, channel.p50),
+        "p99_vs_channel": ratio(roundtrip.p99, channel.p99),
+        "p50_vs_ring3": ratio(roundtrip.p50, ring.p50),
+    }));
+
+    // Diagnostic: a command the server answers itself (two hops, no executor).
+    let mut samples = Vec::with_capacity(ROUND_TRIPS);
+    for _ in 0..ROUND_TRIPS {
+        let start = Instant::now();
+        client.server_stats().map_err(error("server_stats"))?;
+        samples.push(nanos(start.elapsed()));
+    }
+    let answered = Percentiles::of(samples);
+    print_line(serde_json::json!({
+        "bench": "server_answer",
+        "p50_ns": answered.p50,
+        "p99_ns": answered.p99,
+        "p50_vs_channel": ratio(answered.p50, channel.p50),
+    }));
+
+    let start = Instant::now();
+    for _ in 0..SUBMITS {
+        client
+            .launch(stream, KernelLaunch::empty())
+            .map_err(error("launch"))?;
+    }
+    client.sync(stream).map_err(error("sync"))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let submits_per_s = SUBMITS as f64 / elapsed;
+
+    let stats = client.server_stats().map_err(error("server_stats"))?;
+    let syncs = (WARMUP + ROUND_TRIPS + 1) as u64;
+    let sent = syncs + ROUND_TRIPS as u64 + SUBMITS as u64 + 1;
+    if stats.commands != sent || stats.syncs != syncs || stats.launches != SUBMITS as u64 {
+        return Err(format!(
+            "the server served {} commands ({} syncs, {} launches); {sent} were sent \
+             ({syncs} syncs, {SUBMITS} launches)",
+            stats.commands, stats.syncs, stats.launches
+        ));
+    }
+    if stats.empty_kernel_runs != SUBMITS as u64 {
+        return Err(format!(
+            "the device ran the empty kernel {} times; {SUBMITS} were launched",
+            stats.empty_kernel_runs
+        ));
+    }
+    print_line(serde_json::json!({
+        "bench": "submit",
+        "commands_per_s": submits_per_s.round(),
+        "vs_channel_one_way": submits_per_s / one_way,
+        "commands_served": stats.commands,
+        "empty_kernel_runs": stats.empty_kernel_runs,
+    }));
+    Ok(())
+}
+
+/// Latency of a message there and back between two threads.
+fn channel_ping_pong() -> Result<Percentiles, String> {
+    let (ping, pinged) = unbounded::<u64>();
+    let (pong, ponged) = unbounded::<u64>();
+    let echo = thread::spawn(move || {
+        while let Ok(value) = pinged.recv() {
+            if pong.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    let mut samples = Vec::with_capacity(ROUND_TRIPS);
+    for round in 0..WARMUP + ROUND_TRIPS {
+        let start = Instant::now();
+        ping.send(round as u64).map_err(|_| "echo thread ended")?;
+        ponged.recv().map_err(|_| "echo thread ended")?;
+        if round >= WARMUP {
+            samples.push(nanos(start.elapsed()));
+        }
+    }
+    drop(ping);
+    echo.join().map_err(|_| "echo thread panicked")?;
+    Ok(Percentiles::of(samples))
+}
+
+/// Latency of a message around a ring of `threads` threads (the caller
+/// included), each waiting with [`recv_patiently`] as the server's threads do.
+fn channel_ring(threads: usize) -> Result<Percentiles, String> {
+    let links: Vec<_> = (0..threads).map(|_| unbounded::<u64>()).collect();
+    let mut relays = Vec::new();
+    for position in 1..threads {
+        let inbox = links[position].1.clone();
+        let next = links[(position + 1) % threads].0.clone();
+        relays.push(thread::spawn(move || {
+            while let Ok(value) = recv_patiently(&inbox, PATIENCE) {
+                if next.send(value).is_err() {
+                    break;
+                }
+            }
+        }));
+    }
+    let (first, home) = (links[1].0.clone(), links[0].1.clone());
+    drop(links);
+    let mut samples = Vec::with_capacity(ROUND_TRIPS);
+    for round in 0..WARMUP + ROUND_TRIPS {
+        let start = Instant::now();
+        first.send(round as u64).map_err(|_| "relay thread ended")?;
+        recv_patiently(&home, PATIENCE).map_err(|_| "relay thread ended")?;
+        if round >= WARMUP {
+            samples.push(nanos(start.elapsed()));
+        }
+    }
+    drop(first);
+    drop(home);
+    for relay in relays {
+        relay.join().map_err(|_| "relay thread panicked")?;
+    }
+    Ok(Percentiles::of(samples))
+}
+
+/// Messages per second from one thread to another.
+fn channel_one_way() -> Result<f64, String> {
+    let (sender, receiver) = unbounded::<u64>();
+    let sink = thread::spawn(move || {
+        let mut received = 0usize;
+        while receiver.recv().is_ok() {
+            received += 1;
+        }
+        received
+    });
+    let start = Instant::now();
+    for message in 0..ONE_WAY_MESSAGES {
+        sender.send(message as u64).map_err(|_| "sink ended")?;
+    }
+    drop(sender);
+    let received = sink.join().map_err(|_| "sink panicked")?;
+    let elapsed = start.elapsed().as_secs_f64();
+    if received != ONE_WAY_MESSAGES {
+        return Err(format!("{received} of {ONE_WAY_MESSAGES} messages arrived"));
+    }
+    Ok((ONE_WAY_MESSAGES as f64 / elapsed).round())
+}
+
+struct Percentiles {
+    p50: u64,
+    p99: u64,
+}
+
+impl Percentiles {
+    fn of(mut samples: Vec<u64>) -> Self {
+        samples.sort_unstable();
+        let at = |fraction: f64| {
+            let index = ((samples.len() as f64 * fraction) as usize).min(samples.len() - 1);
+            samples[index]
+        };
+        Percentiles {
+            p50: at(0.50),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// Turns a server error into the run's failure message.
+fn error(what: &'static str) -> impl Fn(cistern_runtime::ServerError) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+fn nanos(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn ratio(value: u64, reference: u64) -> f64 {
+    value as f64 / reference.max(1) as f64
+}
+
+fn print_line(line: serde_json::Value) {
+    println!("{line}");
+}

@@ -1,0 +1,30 @@
+//! What every check shares: the devices to run on and small helpers.
+
+use cistern::client::ComputeClient;
+use cistern::runtime::{Device, DeviceOptions, ServerError, list_devices};
+
+/// Every device present on this machine.
+pub fn devices_present() -> Vec<Device> {
+    list_devices().into_iter().map(|info| info.device).collect()
+}
+
+/// A client on `device` with a small memory budget.
+pub fn open(device: Device) -> ComputeClient {
+    open_with(device, DeviceOptions::with_memory_limit(64 << 20))
+}
+
+/// A client on `device` with `options`.
+pub fn open_with(device: Device, options: DeviceOptions) -> ComputeClient {
+    match ComputeClient::open(device, options) {
+        Ok(client) => client,
+        Err(error) => panic!("{device} opens: {error}"),
+    }
+}
+
+/// The value of a call every check expects to succeed.
+pub fn ok<T>(result: Result<T, ServerError>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("{what} failed: {error}"),
+    }
+}
