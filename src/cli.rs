@@ -21,6 +21,10 @@ pub enum Command {
     /// Run a benchmark; each prints one JSON object per result line.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Stress a device: many clients, a tight memory limit, injected faults.
+    Stress(crate::stress::StressArgs),
+    /// Count the errors of a telemetry file by code.
+    Report(crate::report::ReportArgs),
 }
 
 /// The benchmarks.
@@ -35,7 +39,14 @@ pub enum BenchCommand {
     /// Client/server round trips against a bare channel.
     Roundtrip,
     /// Optimizer steps through the server against an in-place axpy.
-    Optim,
+    Optim {
+        /// adam, adamw, sgd (momentum 0.9), rmsprop, adagrad or lamb.
+        #[arg(long, default_value = "adam")]
+        optimizer: String,
+        /// Parameters updated per step.
+        #[arg(long, default_value_t = 1 << 26)]
+        params: u64,
+    },
     /// GEMM through the server against the GEMM crate called directly.
     Gemm,
     /// A whole training step.
@@ -47,6 +58,8 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Devices => crate::devices::print_devices(),
         Command::Bench(bench) => run_bench(bench),
+        Command::Stress(args) => crate::stress::run_command(&args),
+        Command::Report(args) => crate::report::run_command(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -61,8 +74,8 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
     match bench {
         BenchCommand::Alloc { trace } => crate::bench::alloc::run(&trace),
         BenchCommand::Roundtrip => crate::bench::roundtrip::run(),
-        BenchCommand::Optim => not_built("bench optim", 8),
-        BenchCommand::Gemm => not_built("bench gemm", 8),
+        BenchCommand::Optim { optimizer, params } => crate::bench::optim::run(&optimizer, params),
+        BenchCommand::Gemm => crate::bench::gemm::run(),
         BenchCommand::TrainStep => not_built("bench train-step", 0),
     }
 }

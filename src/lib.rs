@@ -13,3 +13,5 @@ pub use cistern_runtime as runtime;
 pub mod bench;
 pub mod cli;
 mod devices;
+pub mod report;
+pub mod stress;

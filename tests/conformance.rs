@@ -6,7 +6,13 @@ mod conformance {
     pub mod death;
     pub mod exhaustion;
     pub mod faults;
+    pub mod kernels;
+    pub mod kernels_bindings;
     pub mod memory;
+    pub mod optim;
+    pub mod optim_amp;
+    pub mod optim_reference;
+    pub mod recovery;
     pub mod streams;
     pub mod strided;
     pub mod transfers;
@@ -29,6 +35,22 @@ macro_rules! conformance_tests {
 }
 
 conformance_tests! {
+    kernels::elementwise_kernels_match_the_cpu_kernels,
+    kernels::a_kernel_over_a_sub_range_changes_only_that_range,
+    kernels::every_activation_forward_and_backward_matches_the_cpu_kernels,
+    kernels::gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel,
+    kernels::reductions_match_the_cpu_kernels,
+    kernels_bindings::bad_bindings_are_invalid_programs_and_nothing_runs,
+    kernels_bindings::a_bad_launch_in_a_batch_stops_all_of_it_before_it_runs,
+    kernels_bindings::a_mean_over_no_elements_is_refused_before_it_runs,
+    optim::every_optimizer_option_matches_the_reference_through_the_server,
+    optim::buffers_large_enough_to_run_in_parallel_match_the_reference,
+    optim::many_small_segments_match_the_reference,
+    optim::optimizer_state_is_allocated_and_initialised_per_its_layout,
+    optim::an_invalid_config_or_segment_table_is_refused_before_anything_runs,
+    optim::a_lamb_refusal_at_run_time_is_operation_local_and_does_not_poison,
+    optim_amp::an_amp_step_unscales_then_applies_or_skips_on_the_flag,
+    optim_amp::the_flag_accumulates_over_several_unscales_until_reset,
     transfers::bytes_and_f32s_round_trip,
     transfers::a_write_at_an_offset_changes_only_its_range,
     transfers::a_range_past_the_end_is_an_invalid_argument,
@@ -46,6 +68,19 @@ conformance_tests! {
     faults::a_trap_surfaces_at_the_owners_token_and_sync,
     faults::a_refused_launch_is_latched_until_its_stream_syncs,
     faults::a_batch_is_checked_before_any_of_it_runs,
+    faults::the_nth_executed_launch_traps_and_poisons,
+    faults::a_trap_inside_a_batch_poisons_and_no_later_launch_of_it_runs,
+    faults::the_nth_reservation_fails_out_of_memory_and_does_not_poison,
+    faults::the_nth_transfer_fails_and_does_not_poison,
+    faults::a_seeded_trap_rate_traps_the_same_launches_every_run,
+    recovery::a_poisoned_device_recovers_and_only_fresh_handles_work,
+    recovery::concurrent_invalidates_advance_the_generation_exactly_once,
+    recovery::a_late_invalidate_after_recovery_changes_nothing,
+    recovery::the_poisoned_state_holds_under_load_from_other_clients,
+    recovery::three_operation_local_probe_failures_leave_the_device_unrecoverable,
+    recovery::two_operation_local_probe_failures_then_a_pass_recover,
+    recovery::a_sticky_probe_failure_leaves_the_device_unrecoverable,
+    recovery::a_mismatching_probe_leaves_the_device_unrecoverable,
     memory::compaction_moves_live_data_intact_and_handles_stay_valid,
     memory::reclaim_releases_empty_pages_and_memory_stays_usable,
     death::a_server_panic_fails_calls_in_flight_and_every_later_call,

@@ -12,7 +12,7 @@ use cistern_memory::{AllocationId, AllocationPolicy, MemorySnapshot, MemoryStats
 use serde::{Deserialize, Serialize};
 
 use crate::sync::Reply;
-use crate::{FailureToken, KernelLaunch};
+use crate::{ContextState, FailureToken, KernelLaunch, OptimizerStep};
 
 /// Names one server instance in this process, so a handle of one server is
 /// refused by another (`DeviceMismatch`) instead of naming a stranger's memory.
@@ -187,6 +187,16 @@ pub enum Command {
         /// Settled when all ran or one failed.
         token: Option<FailureToken>,
     },
+    /// One fused optimizer step (one kernel), in order on `stream`; checked
+    /// as a launch (config and segments first); no answer.
+    OptimizerStep {
+        /// The stream.
+        stream: StreamId,
+        /// The step (boxed: wide, and one per training step).
+        step: Box<OptimizerStep>,
+        /// Settled when the step ran or failed.
+        token: Option<FailureToken>,
+    },
     /// Create a stream, independent of the others.
     CreateStream {
         /// Its id.
@@ -253,6 +263,21 @@ pub enum Command {
         /// The answer.
         reply: Reply<ServerStats>,
     },
+    /// Recover a poisoned context: acts only if it is poisoned in
+    /// `seen_generation`, and answers the state it ends in (`Active` with
+    /// the next generation, or `ContextUnrecoverable`); otherwise answers
+    /// the state now. Callers during a recovery get its outcome.
+    Invalidate {
+        /// The generation the caller saw poisoned.
+        seen_generation: u64,
+        /// The answer.
+        reply: Reply<ContextState>,
+    },
+    /// The context's state (answered in every state).
+    ContextState {
+        /// The answer.
+        reply: Reply<ContextState>,
+    },
     /// Stop the server; later calls answer `ServerGone`.
     Shutdown {
         /// Answered before the server stops, if given.
@@ -272,6 +297,7 @@ impl Command {
             Command::StridedCopy { .. } => "strided_copy",
             Command::Launch { .. } => "launch",
             Command::LaunchBatch { .. } => "launch_batch",
+            Command::OptimizerStep { .. } => "optimizer_step",
             Command::CreateStream { .. } => "create_stream",
             Command::DestroyStream { .. } => "destroy_stream",
             Command::RecordEvent { .. } => "record_event",
@@ -283,6 +309,8 @@ impl Command {
             Command::Reclaim { .. } => "reclaim",
             Command::Compact { .. } => "compact",
             Command::ServerStats { .. } => "server_stats",
+            Command::Invalidate { .. } => "invalidate",
+            Command::ContextState { .. } => "context_state",
             Command::Shutdown { .. } => "shutdown",
         }
     }
@@ -297,6 +325,7 @@ impl Command {
             | Command::StridedCopy { stream, .. }
             | Command::Launch { stream, .. }
             | Command::LaunchBatch { stream, .. }
+            | Command::OptimizerStep { stream, .. }
             | Command::DestroyStream { stream, .. }
             | Command::RecordEvent { stream, .. }
             | Command::WaitEvent { stream, .. }

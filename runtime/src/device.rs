@@ -2,7 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::FaultPlan;
+use std::time::Duration;
+
+use crate::{DEFAULT_DRAIN_TIMEOUT, FaultPlan};
 
 /// A device a server can own: a backend kind and an ordinal within it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -61,13 +63,26 @@ pub fn list_devices() -> Vec<DeviceInfo> {
 }
 
 /// How to open a device.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceOptions {
     /// The memory budget in bytes; `None` takes the device's default (half
     /// the host memory for the CPU).
     pub memory_limit: Option<u64>,
     /// Faults to inject (tests); the default injects none and costs nothing.
     pub faults: FaultPlan,
+    /// How long an invalidate's drain, or one probe attempt, may take
+    /// before the context is declared unrecoverable.
+    pub drain_timeout: Duration,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        DeviceOptions {
+            memory_limit: None,
+            faults: FaultPlan::default(),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+        }
+    }
 }
 
 impl DeviceOptions {
@@ -77,6 +92,12 @@ impl DeviceOptions {
             memory_limit: Some(bytes),
             ..DeviceOptions::default()
         }
+    }
+
+    /// These options with `faults` injected.
+    pub fn with_faults(mut self, faults: FaultPlan) -> Self {
+        self.faults = faults;
+        self
     }
 }
 

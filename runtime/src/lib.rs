@@ -12,12 +12,15 @@ mod failure;
 mod fault;
 mod ids;
 mod kernel;
+mod optimizer;
 mod server;
 pub mod sync;
 
+pub use cistern_kernels::{Activation, GemmSpec, Segment};
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,
 };
+pub use cistern_optim::OptimizerConfig;
 pub use command::{
     BufferRef, Command, CompactionReport, EventId, Region, Reservation, ServerId, ServerStats,
     StridedCopy,
@@ -25,8 +28,10 @@ pub use command::{
 pub use device::{Device, DeviceInfo, DeviceOptions, host_memory_bytes, list_devices};
 pub use error::ServerError;
 pub use failure::{FailureToken, PendingToken};
-pub use fault::FaultPlan;
+pub use fault::{FaultPlan, ProbeFault, TrapRate};
 pub use kernel::{Access, Binding, Kernel, KernelArgs, KernelLaunch};
+pub use optimizer::{OptimizerArgs, OptimizerStep, SegmentTable, optimizer_error};
+pub use server::DEFAULT_DRAIN_TIMEOUT;
 pub use server::{
     ContextState, Flow, ServerCore, ServerEnd, ServerHandle, next_server_id, open, spawn,
 };

@@ -1,4 +1,6 @@
 //! The `cistern bench` subcommands: each prints one JSON object per result line.
 
 pub mod alloc;
+pub mod gemm;
+pub mod optim;
 pub mod roundtrip;

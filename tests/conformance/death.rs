@@ -27,12 +27,8 @@ fn hammer(client: ComputeClient) -> (u64, Option<ServerError>) {
 }
 
 pub fn a_server_panic_fails_calls_in_flight_and_every_later_call(device: Device) {
-    let options = DeviceOptions {
-        memory_limit: Some(64 << 20),
-        faults: FaultPlan {
-            server_panic_at_command: Some(300),
-        },
-    };
+    let options = DeviceOptions::with_memory_limit(64 << 20)
+        .with_faults(FaultPlan::none().with_server_panic_at_command(300));
     let client = open_with(device, options);
     let workers: Vec<_> = (0..4)
         .map(|_| {

@@ -1,8 +1,18 @@
 //! Failures of asynchronous work reach their owner.
 
-use cistern::runtime::{Binding, Device, ErrorCode, KernelLaunch, ServerError};
+use cistern::client::ComputeClient;
+use cistern::runtime::{
+    Binding, ContextState, Device, DeviceOptions, ErrorCode, FaultPlan, KernelLaunch, ServerError,
+};
 
-use super::common::{ok, open};
+use super::common::{ok, open, open_with};
+
+fn open_with_faults(device: Device, faults: FaultPlan) -> ComputeClient {
+    open_with(
+        device,
+        DeviceOptions::with_memory_limit(64 << 20).with_faults(faults),
+    )
+}
 
 pub fn a_trap_surfaces_at_the_owners_token_and_sync(device: Device) {
     let client = open(device);
@@ -87,4 +97,104 @@ pub fn a_batch_is_checked_before_any_of_it_runs(device: Device) {
     );
     assert_eq!(token.wait(), Ok(()));
     assert_eq!(ok(client.download_f32(&second), "download"), vec![5.0; 16]);
+}
+
+pub fn the_nth_executed_launch_traps_and_poisons(device: Device) {
+    let client = open_with_faults(device, FaultPlan::none().with_trap_at_launch(3));
+    let stream = client.default_stream();
+    let buffer = ok(client.reserve(64), "reserve");
+    // A refused launch is not executed and does not count.
+    let past_the_end = Binding {
+        size: 128,
+        ..buffer.whole()
+    };
+    ok(
+        client.launch(stream, KernelLaunch::fill(past_the_end, 1.0)),
+        "launch",
+    );
+    assert!(client.sync(stream).is_err());
+    let tokens: Vec<_> = (0..4)
+        .map(|_| {
+            ok(
+                client.launch_tracked(stream, KernelLaunch::empty()),
+                "launch",
+            )
+        })
+        .collect();
+    let outcomes: Vec<_> = tokens
+        .iter()
+        .map(|token| token.wait().map_err(|e| e.code()))
+        .collect();
+    let poisoned = Err(ErrorCode::DevicePoisoned);
+    assert_eq!(outcomes, vec![Ok(()), Ok(()), poisoned, poisoned]);
+    assert_eq!(
+        ok(client.server_stats(), "server_stats").empty_kernel_runs,
+        2
+    );
+    assert!(ok(client.context_state(), "context_state").is_poisoned());
+}
+
+pub fn a_trap_inside_a_batch_poisons_and_no_later_launch_of_it_runs(device: Device) {
+    let client = open_with_faults(device, FaultPlan::none().with_trap_at_launch(2));
+    let token = ok(
+        client.launch_batch(client.default_stream(), vec![KernelLaunch::empty(); 4]),
+        "launch_batch",
+    );
+    assert!(token.wait().is_err_and(|e| e.is_device_poisoned()));
+    assert_eq!(
+        ok(client.server_stats(), "server_stats").empty_kernel_runs,
+        1
+    );
+}
+
+pub fn the_nth_reservation_fails_out_of_memory_and_does_not_poison(device: Device) {
+    let client = open_with_faults(device, FaultPlan::none().with_failed_reservation(2));
+    let first = ok(client.upload_f32(&[1.0; 4]), "upload");
+    let second = client.reserve(64).map(|_| ());
+    assert_eq!(
+        second.map_err(|e| e.code()),
+        Err(ErrorCode::DeviceOutOfMemory)
+    );
+    let third = ok(client.upload_f32(&[2.0; 4]), "upload");
+    assert_eq!(ok(client.download_f32(&first), "download"), vec![1.0; 4]);
+    assert_eq!(ok(client.download_f32(&third), "download"), vec![2.0; 4]);
+    assert_eq!(
+        ok(client.context_state(), "context_state"),
+        ContextState::Active { generation: 0 }
+    );
+}
+
+pub fn the_nth_transfer_fails_and_does_not_poison(device: Device) {
+    let client = open_with_faults(device, FaultPlan::none().with_failed_transfer(2));
+    let buffer = ok(client.upload_f32(&[1.0; 4]), "upload");
+    let failed = client.download(&buffer).map(|_| ());
+    assert!(matches!(failed, Err(ServerError::TransferFailed { .. })));
+    assert_eq!(failed.map_err(|e| e.code()), Err(ErrorCode::TransferFailed));
+    // Retried, it works, and the device was never poisoned.
+    assert_eq!(ok(client.download_f32(&buffer), "download"), vec![1.0; 4]);
+    ok(client.sync(client.default_stream()), "sync");
+}
+
+/// The launches (counting from 1) that trapped under a seeded rate,
+/// recovering after each.
+fn trapped_launches(device: Device, seed: u64) -> Vec<u64> {
+    let client = open_with_faults(device, FaultPlan::none().with_trap_rate(seed, 0.25));
+    let mut trapped = Vec::new();
+    for index in 1..=40 {
+        let token = ok(
+            client.launch_tracked(client.default_stream(), KernelLaunch::empty()),
+            "launch",
+        );
+        if let Err(ServerError::ContextPoisoned(poison)) = token.wait() {
+            trapped.push(index);
+            ok(client.invalidate(poison.generation), "invalidate");
+        }
+    }
+    trapped
+}
+
+pub fn a_seeded_trap_rate_traps_the_same_launches_every_run(device: Device) {
+    let first = trapped_launches(device, 11);
+    assert!(!first.is_empty() && first.len() < 40, "{first:?}");
+    assert_eq!(first, trapped_launches(device, 11));
 }

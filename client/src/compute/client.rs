@@ -314,7 +314,12 @@ impl ComputeClient {
         self.shared.server.shutdown()
     }
 
-    fn check_owner(&self, buffer: &Buffer) -> Result<(), ServerError> {
+    /// The server handle, for commands sent by the client's other modules.
+    pub(crate) fn server(&self) -> &ServerHandle {
+        &self.shared.server
+    }
+
+    pub(crate) fn check_owner(&self, buffer: &Buffer) -> Result<(), ServerError> {
         if buffer.belongs_to(&self.shared) {
             Ok(())
         } else {

@@ -3,7 +3,10 @@
 mod buffer;
 mod client;
 mod event;
+mod optimizer;
+mod recovery;
 
 pub use buffer::Buffer;
 pub use client::ComputeClient;
 pub use event::Event;
+pub use optimizer::OptimizerState;

@@ -67,6 +67,17 @@ pub trait Backend: Send + 'static {
 
     /// What the device has run.
     fn counters(&self) -> DeviceCounters;
+
+    /// Recovery, once every stream has answered its drain marker: waits for
+    /// the device to finish everything, clears its sticky fault state, and
+    /// runs later work (and labels later faults) in `generation`. An error
+    /// makes the context unrecoverable. A backend must report a fault's
+    /// completion before it answers any later sync on that stream. The
+    /// default suits a backend with no sticky state of its own.
+    fn reset_context(&mut self, generation: u64) -> Result<(), ServerError> {
+        let _ = generation;
+        Ok(())
+    }
 }
 
 /// One item of a stream's in-order work, with locations already resolved.

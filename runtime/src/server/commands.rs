@@ -24,6 +24,7 @@ impl<B: Backend> ServerCore<B> {
                 message: "a reservation needs at least one byte".to_string(),
             });
         }
+        self.inject_reservation_fault(size)?;
         let generation = self.context.generation();
         let id = self.memory.reserve(size, policy, generation, stream)?;
         Ok(Reservation {
@@ -62,6 +63,7 @@ impl<B: Backend> ServerCore<B> {
             });
         }
         let location = self.locate_for(stream, &target)?;
+        self.inject_transfer_fault()?;
         let work = StreamWork::Write {
             target: location,
             data,
@@ -149,11 +151,12 @@ impl<B: Backend> ServerCore<B> {
                 .collect::<Result<Vec<_>, _>>()
                 .map(Prepared::Many),
         });
-        let work = match prepared {
+        let mut work = match prepared {
             Ok(Prepared::One(launch)) => StreamWork::Launch { launch, token },
             Ok(Prepared::Many(launches)) => StreamWork::Batch { launches, token },
             Err(error) => return self.refuse_async(stream, token, error),
         };
+        self.inject_launch_faults(&mut work);
         let _ = self.submit(stream, work, &uses);
     }
 
@@ -171,7 +174,7 @@ impl<B: Backend> ServerCore<B> {
         Ok(ResolvedLaunch {
             kernel: launch.kernel,
             bindings,
-            args: launch.args,
+            args: launch.args.clone(),
         })
     }
 
@@ -187,8 +190,9 @@ impl<B: Backend> ServerCore<B> {
         if let Some(token) = token {
             token.fail(error.clone());
         }
-        // A poisoned device already answers every sync with its fault.
-        if !error.is_device_poisoned() && self.streams.contains_key(&stream) {
+        // A context that refuses work answers every sync itself, and a
+        // latched transient refusal would outlive the state that caused it.
+        if self.context.state().is_active() && self.streams.contains_key(&stream) {
             let _ = self.submit(stream, StreamWork::Fail { error }, &[]);
         }
     }

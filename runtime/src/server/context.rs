@@ -1,8 +1,11 @@
-//! `ContextState`: the health of a device context, and the entry gate every
-//! command passes.
+//! `ContextState`: the health of a device context, the entry gate every
+//! command passes, and the transitions between states.
 //!
-//! Issue 5 adds `Retiring` and `Unrecoverable` (invalidate, probe), issue 6
-//! `Capturing`; the gate stays the one place that refuses work.
+//! The arrows (see `docs/state-machine.md`): `Active → Poisoned` on a sticky
+//! fault; `Poisoned → Retiring` on `invalidate(seen)` with the poisoned
+//! generation; `Retiring → Active(generation + 1)` when the drain, the sync
+//! and the probe pass; `Retiring → Unrecoverable` when any of them fails.
+//! Issue 6 adds `Capturing`; the gate stays the one place that refuses work.
 
 use cistern_memory::DevicePoison;
 use serde::{Deserialize, Serialize};
@@ -10,6 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::ServerError;
 
 /// The state of one device's context.
+///
+/// Serializable; new variants go last (bincode encodes variants by position).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContextState {
     /// Normal work in `generation`.
@@ -17,12 +22,27 @@ pub enum ContextState {
         /// The context generation; handles from older ones are stale.
         generation: u64,
     },
-    /// A sticky fault was seen: every entry point refuses with it.
+    /// A sticky fault was seen: every entry point refuses with it until
+    /// `invalidate(generation)`.
     Poisoned {
         /// The generation the fault happened in.
         generation: u64,
         /// The fault.
         poison: DevicePoison,
+    },
+    /// `invalidate` is draining the streams and probing the device; work is
+    /// refused with the transient `ContextRetiring`.
+    Retiring {
+        /// The poisoned generation being retired.
+        generation: u64,
+    },
+    /// Recovery failed: every call is refused with `ContextUnrecoverable`
+    /// for the life of the process.
+    Unrecoverable {
+        /// The generation that could not be recovered.
+        generation: u64,
+        /// Why the drain, the sync or the probe failed.
+        probe_error: String,
     },
 }
 
@@ -30,31 +50,164 @@ impl ContextState {
     /// The context generation now.
     pub fn generation(&self) -> u64 {
         match self {
-            ContextState::Active { generation } | ContextState::Poisoned { generation, .. } => {
-                *generation
-            }
+            ContextState::Active { generation }
+            | ContextState::Poisoned { generation, .. }
+            | ContextState::Retiring { generation }
+            | ContextState::Unrecoverable { generation, .. } => *generation,
         }
     }
 
-    /// Whether a sticky fault poisoned the context.
+    /// Whether the context runs work.
+    pub fn is_active(&self) -> bool {
+        matches!(self, ContextState::Active { .. })
+    }
+
+    /// Whether a sticky fault poisoned the context (and no invalidate has begun).
     pub fn is_poisoned(&self) -> bool {
         matches!(self, ContextState::Poisoned { .. })
     }
 
-    /// Lets a command that touches the device through, or says why not.
-    pub fn admit(&self) -> Result<(), ServerError> {
+    /// Whether recovery failed for good.
+    pub fn is_unrecoverable(&self) -> bool {
+        matches!(self, ContextState::Unrecoverable { .. })
+    }
+
+    /// The state's name, as traces show it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ContextState::Active { .. } => "active",
+            ContextState::Poisoned { .. } => "poisoned",
+            ContextState::Retiring { .. } => "retiring",
+            ContextState::Unrecoverable { .. } => "unrecoverable",
+        }
+    }
+
+    /// Lets a command that touches device `ordinal` through, or says why not.
+    pub fn admit(&self, ordinal: usize) -> Result<(), ServerError> {
         match self {
             ContextState::Active { .. } => Ok(()),
             ContextState::Poisoned { poison, .. } => {
                 Err(ServerError::ContextPoisoned(poison.clone()))
             }
+            ContextState::Retiring { .. } => Err(ServerError::ContextRetiring { ordinal }),
+            ContextState::Unrecoverable { probe_error, .. } => {
+                Err(ServerError::ContextUnrecoverable {
+                    ordinal,
+                    probe_error: probe_error.clone(),
+                })
+            }
+        }
+    }
+}
+
+/// One device's context state and the only code that changes it; every
+/// change is traced with the ordinal, both states and the generation.
+#[derive(Debug)]
+pub(crate) struct Context {
+    ordinal: usize,
+    state: ContextState,
+}
+
+impl Context {
+    /// An active context in generation 0.
+    pub(crate) fn new(ordinal: usize) -> Self {
+        Context {
+            ordinal,
+            state: ContextState::Active { generation: 0 },
         }
     }
 
-    /// Records a sticky fault; the first one wins.
+    /// The state now.
+    pub(crate) fn state(&self) -> &ContextState {
+        &self.state
+    }
+
+    /// The entry gate of every command that touches the device.
+    pub(crate) fn admit(&self) -> Result<(), ServerError> {
+        self.state.admit(self.ordinal)
+    }
+
+    /// The context generation now.
+    pub(crate) fn generation(&self) -> u64 {
+        self.state.generation()
+    }
+
+    /// `Active → Poisoned`. Only an active context is poisoned: the first
+    /// fault wins, and a fault met while retiring (the old generation's
+    /// work, or the probe's) is the recovery's business.
     pub(crate) fn poison(&mut self, poison: DevicePoison) {
-        if let ContextState::Active { generation } = *self {
-            *self = ContextState::Poisoned { generation, poison };
+        if let ContextState::Active { generation } = self.state {
+            self.change(ContextState::Poisoned { generation, poison });
+        }
+    }
+
+    /// `Poisoned → Retiring`; false (and no change) in any other state.
+    pub(crate) fn retire(&mut self) -> bool {
+        match self.state {
+            ContextState::Poisoned { generation, .. } => {
+                self.change(ContextState::Retiring { generation });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `Retiring → Active(generation + 1)`.
+    pub(crate) fn recover(&mut self) {
+        if let ContextState::Retiring { generation } = self.state {
+            self.change(ContextState::Active {
+                generation: generation + 1,
+            });
+        } else {
+            debug_assert!(false, "only a retiring context recovers");
+        }
+    }
+
+    /// `Retiring → Unrecoverable`, for the life of the process.
+    pub(crate) fn fail(&mut self, probe_error: String) {
+        if let ContextState::Retiring { generation } = self.state {
+            self.change(ContextState::Unrecoverable {
+                generation,
+                probe_error,
+            });
+        } else {
+            debug_assert!(false, "only a retiring context fails its recovery");
+        }
+    }
+
+    fn change(&mut self, new: ContextState) {
+        let old = std::mem::replace(&mut self.state, new);
+        let new = &self.state;
+        match new {
+            ContextState::Active { .. } | ContextState::Retiring { .. } => tracing::info!(
+                device = self.ordinal,
+                old = old.name(),
+                new = new.name(),
+                old_generation = old.generation(),
+                generation = new.generation(),
+                "context state changed"
+            ),
+            ContextState::Poisoned { poison, .. } => tracing::error!(
+                device = self.ordinal,
+                old = old.name(),
+                new = new.name(),
+                old_generation = old.generation(),
+                generation = new.generation(),
+                code = crate::ErrorCode::DevicePoisoned.stable_id(),
+                operation = %poison.operation,
+                status = %poison.status,
+                "context state changed: a sticky fault poisoned the device"
+            ),
+            ContextState::Unrecoverable { probe_error, .. } => tracing::error!(
+                device = self.ordinal,
+                old = old.name(),
+                new = new.name(),
+                old_generation = old.generation(),
+                generation = new.generation(),
+                code = crate::ErrorCode::DeviceLost.stable_id(),
+                probe_error = %probe_error,
+                "context state changed: recovery failed"
+            ),
         }
     }
 }
@@ -77,14 +230,68 @@ mod tests {
 
     #[test]
     fn a_poisoned_context_refuses_with_its_first_fault() {
-        let mut state = ContextState::Active { generation: 4 };
-        assert!(state.admit().is_ok());
-        state.poison(fault("first"));
-        state.poison(fault("second"));
-        assert_eq!(state.generation(), 4);
+        let mut context = Context::new(0);
+        assert!(context.admit().is_ok());
+        context.poison(fault("first"));
+        context.poison(fault("second"));
+        assert_eq!(context.generation(), 0);
         assert_eq!(
-            state.admit(),
+            context.admit(),
             Err(ServerError::ContextPoisoned(fault("first")))
         );
+    }
+
+    #[test]
+    fn each_state_refuses_with_its_own_error() {
+        let mut context = Context::new(3);
+        context.poison(fault("trap"));
+        assert!(context.retire());
+        assert_eq!(
+            context.admit(),
+            Err(ServerError::ContextRetiring { ordinal: 3 })
+        );
+        context.fail("mismatch".into());
+        assert_eq!(
+            context.admit(),
+            Err(ServerError::ContextUnrecoverable {
+                ordinal: 3,
+                probe_error: "mismatch".into()
+            })
+        );
+        assert!(context.state().is_unrecoverable());
+    }
+
+    #[test]
+    fn only_a_poisoned_context_retires_and_recovery_advances_the_generation_once() {
+        let mut context = Context::new(0);
+        assert!(!context.retire());
+        context.poison(fault("trap"));
+        assert!(context.retire());
+        assert!(!context.retire());
+        context.poison(fault("the probe's own fault"));
+        assert_eq!(context.state(), &ContextState::Retiring { generation: 0 });
+        context.recover();
+        assert_eq!(context.state(), &ContextState::Active { generation: 1 });
+    }
+
+    #[test]
+    fn states_round_trip_through_serde() {
+        let states = [
+            ContextState::Active { generation: 2 },
+            ContextState::Poisoned {
+                generation: 2,
+                poison: fault("trap"),
+            },
+            ContextState::Retiring { generation: 2 },
+            ContextState::Unrecoverable {
+                generation: 2,
+                probe_error: "probe mismatch".into(),
+            },
+        ];
+        for state in states {
+            let json = serde_json::to_string(&state).unwrap_or_default();
+            let back: Result<ContextState, _> = serde_json::from_str(&json);
+            assert_eq!(back.ok(), Some(state));
+        }
     }
 }

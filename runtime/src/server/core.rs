@@ -9,10 +9,12 @@
 
 use cistern_memory::{AllocationId, MemoryConfig, MemoryManager, SliceLocation, StreamId};
 
-use super::context::ContextState;
+use super::context::{Context, ContextState};
+use super::invalidate::Recovery;
 use super::validate::check_region;
 use crate::backend::{Backend, Completion, Refused, StreamWork};
 use crate::command::{BufferRef, Command, Region, ServerId, ServerStats};
+use crate::fault::FaultInjector;
 use crate::ids::IdMap;
 use crate::sync::{Receiver, Reply};
 use crate::{DEFAULT_STREAM, FaultPlan, ServerError};
@@ -33,13 +35,16 @@ pub struct ServerCore<B: Backend> {
     pub(super) backend: B,
     pub(super) memory: MemoryManager<B::Storage>,
     pub(super) completions: Receiver<Completion>,
-    pub(super) context: ContextState,
+    pub(super) context: Context,
     /// Each stream's last sequence number handed out.
     pub(super) streams: IdMap<StreamId, u64>,
     pub(super) next_stream: u64,
     pub(super) next_event: u64,
     pub(super) stats: ServerStats,
-    pub(super) faults: FaultPlan,
+    /// The fault plan being carried out; `None` (the hot path) when none.
+    pub(super) faults: Option<Box<FaultInjector>>,
+    /// The invalidate in progress, if any, and its time bound.
+    pub(super) recovery: Recovery,
     /// Commands handled since the backend was last flushed.
     pub(super) unflushed: u32,
 }
@@ -61,18 +66,20 @@ impl<B: Backend> ServerCore<B> {
     ) -> Result<Self, ServerError> {
         let memory = MemoryManager::new(storage, config)?;
         backend.create_stream(DEFAULT_STREAM)?;
+        let ordinal = backend.device().ordinal();
         Ok(ServerCore {
             id,
-            ordinal: backend.device().ordinal(),
+            ordinal,
             backend,
             memory,
             completions,
-            context: ContextState::Active { generation: 0 },
+            context: Context::new(ordinal),
             streams: IdMap::from_iter([(DEFAULT_STREAM, 0)]),
             next_stream: DEFAULT_STREAM.0 + 1,
             next_event: 0,
             stats: ServerStats::default(),
-            faults,
+            faults: FaultInjector::new(faults),
+            recovery: Recovery::default(),
             unflushed: 0,
         })
     }
@@ -84,7 +91,7 @@ impl<B: Backend> ServerCore<B> {
 
     /// The context's state now.
     pub fn context(&self) -> &ContextState {
-        &self.context
+        self.context.state()
     }
 
     /// The memory manager (read-only: diagnostics and tests).
@@ -138,14 +145,19 @@ impl<B: Backend> ServerCore<B> {
     /// wait in the backend until [`flush`](ServerCore::flush).
     pub fn handle(&mut self, command: Command) -> Flow {
         self.drain_completions();
+        if self.recovery.is_running() {
+            self.poll_recovery();
+        }
         self.stats.commands += 1;
         self.unflushed += 1;
         if self.unflushed >= FLUSH_EVERY {
             self.flush();
         }
-        if self.faults.server_panic_at_command == Some(self.stats.commands) {
-            // The injected fault is a server bug: a panic on the server thread.
-            panic!("injected server panic at command {}", self.stats.commands);
+        if let Some(faults) = &self.faults {
+            if faults.panics_at(self.stats.commands) {
+                // The injected fault is a server bug: a panic on the server thread.
+                panic!("injected server panic at command {}", self.stats.commands);
+            }
         }
         let _span = tracing::debug_span!(
             "command",
@@ -181,7 +193,10 @@ impl<B: Backend> ServerCore<B> {
                 stream,
                 source,
                 reply,
-            } => match self.locate_for(stream, &source) {
+            } => match self
+                .locate_for(stream, &source)
+                .and_then(|location| self.inject_transfer_fault().map(|()| location))
+            {
                 Ok(location) => {
                     let work = StreamWork::Read {
                         source: location,
@@ -224,6 +239,15 @@ impl<B: Backend> ServerCore<B> {
                 self.stats.batches += 1;
                 self.launch(stream, &launches, token, true);
             }
+            Command::OptimizerStep {
+                stream,
+                step,
+                token,
+            } => {
+                self.stats.launches += 1;
+                let launch = (*step).into_launch();
+                self.launch(stream, std::slice::from_ref(&launch), token, false);
+            }
             Command::CreateStream { reply } => {
                 let result = self.create_stream();
                 answer(reply, result);
@@ -258,12 +282,20 @@ impl<B: Backend> ServerCore<B> {
             }
             Command::MemoryStats { reply } => answer(reply, Ok(self.memory.stats())),
             Command::MemorySnapshot { reply } => answer(reply, Ok(self.memory.snapshot())),
-            Command::Reclaim { reply } => answer(reply, Ok(self.memory.reclaim())),
+            Command::Reclaim { reply } => {
+                let result = self.context.admit().map(|()| self.memory.reclaim());
+                answer(reply, result);
+            }
             Command::Compact { reply } => {
                 let result = self.compact();
                 answer(reply, result);
             }
             Command::ServerStats { reply } => answer(reply, Ok(self.stats())),
+            Command::Invalidate {
+                seen_generation,
+                reply,
+            } => self.invalidate(seen_generation, reply),
+            Command::ContextState { reply } => answer(reply, Ok(self.context.state().clone())),
             Command::Shutdown { reply } => {
                 if let Some(reply) = reply {
                     answer(reply, Ok(()));
@@ -376,7 +408,7 @@ impl<B: Backend> ServerCore<B> {
 }
 
 /// Sends an answer; a caller that stopped waiting is not an error.
-fn answer<T>(reply: Reply<T>, result: Result<T, ServerError>) {
+pub(super) fn answer<T>(reply: Reply<T>, result: Result<T, ServerError>) {
     if let Err(error) = &result {
         trace_refusal("reply", error);
     }

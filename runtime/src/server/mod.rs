@@ -4,6 +4,9 @@
 mod commands;
 mod context;
 mod core;
+mod inject;
+mod invalidate;
+mod probe;
 mod thread;
 mod validate;
 
@@ -12,4 +15,5 @@ mod tests;
 
 pub use context::ContextState;
 pub use core::{Flow, ServerCore};
+pub use invalidate::DEFAULT_DRAIN_TIMEOUT;
 pub use thread::{ServerEnd, ServerHandle, next_server_id, open, spawn};

@@ -15,7 +15,8 @@ use crate::command::{Command, ServerId};
 use crate::device::default_cpu_memory_limit;
 use crate::fault::panic_message;
 use crate::sync::{
-    Condvar, Mutex, PATIENCE, Receiver, Reply, Sender, recv_patiently, reply_channel, unbounded,
+    Condvar, Mutex, PATIENCE, Receiver, RecvTimeoutError, Reply, Sender, recv_patiently,
+    reply_channel, unbounded,
 };
 use crate::{Device, DeviceOptions, ServerError};
 
@@ -23,6 +24,10 @@ use crate::{Device, DeviceOptions, ServerError};
 /// thread to record why it ended. The thread records it right after
 /// unwinding, so this bound is only reached if it was killed outright.
 const END_REASON_WAIT: Duration = Duration::from_secs(5);
+
+/// How often an idle server looks at an invalidate in progress (its drain
+/// markers, its probe, its time bound).
+const RECOVERY_TICK: Duration = Duration::from_millis(1);
 
 /// Opens a device: starts its server thread with the device's backend.
 ///
@@ -42,7 +47,8 @@ pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, Serv
                 MemoryConfig::with_limit(limit),
                 completed,
                 options.faults,
-            )?;
+            )?
+            .with_drain_timeout(options.drain_timeout);
             spawn(core)
         }
         other => Err(ServerError::DeviceUnavailable {
@@ -93,14 +99,30 @@ fn serve<B: Backend>(mut core: ServerCore<B>, commands: Receiver<Command>, end: 
                 Err(_) => {
                     // About to wait: let the device start what was gathered.
                     core.flush();
-                    match recv_patiently(&commands, PATIENCE) {
-                        Ok(command) => command,
-                        Err(_) => break,
+                    if core.is_recovering() {
+                        match commands.recv_timeout(RECOVERY_TICK) {
+                            Ok(command) => command,
+                            Err(RecvTimeoutError::Timeout) => {
+                                core.tick(Instant::now());
+                                continue;
+                            }
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    } else {
+                        match recv_patiently(&commands, PATIENCE) {
+                            Ok(command) => command,
+                            Err(_) => break,
+                        }
                     }
                 }
             };
             if core.handle(command) == Flow::Stop {
                 break;
+            }
+            // Under a steady stream of commands the idle tick never comes:
+            // a recovery's time bound is checked here too.
+            if core.is_recovering() {
+                core.tick(Instant::now());
             }
         }
     }));

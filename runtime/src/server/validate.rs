@@ -1,10 +1,16 @@
 //! Checks of what a command names, before anything is queued: kernel calls
-//! against their signatures, regions and strided views against their
-//! allocations. Pure functions over the allocation sizes.
+//! against their signatures and shapes, regions and strided views against
+//! their allocations. Pure functions over the allocation sizes.
+//!
+//! A malformed binding (count, bounds, alignment, size, aliasing) is
+//! `InvalidProgram`; an invalid argument value (an optimizer config field,
+//! the step count, a segment table) is `InvalidArgument` naming the field.
 
-use crate::ServerError;
+use cistern_optim::validate_segments;
+
 use crate::command::{BufferRef, Region, StridedCopy};
-use crate::kernel::{Access, KernelLaunch};
+use crate::kernel::{Access, Kernel, KernelArgs, KernelLaunch};
+use crate::{ServerError, optimizer_error};
 
 /// Checks a kernel call; `size_of` answers an allocation's size (or why it
 /// cannot be used: stale, unknown, another server's).
@@ -19,7 +25,8 @@ pub(crate) fn check_launch(
     if !kernel.accepts(&launch.args) {
         return Err(invalid(format!("does not take {:?}", launch.args)));
     }
-    let signature = kernel.signature();
+    check_arguments(&launch.args)?;
+    let signature = launch.signature();
     if launch.bindings.len() != signature.len() {
         return Err(invalid(format!(
             "takes {} bindings, got {}",
@@ -28,6 +35,8 @@ pub(crate) fn check_launch(
         )));
     }
     let element = kernel.element_size();
+    // Kernels bind at most six buffers: no allocation on the launch path.
+    let mut elements = [0u64; 8];
     for (index, binding) in launch.bindings.iter().enumerate() {
         let size = size_of(binding.buffer)?;
         let end = binding.offset.checked_add(binding.size);
@@ -42,15 +51,11 @@ pub(crate) fn check_launch(
                 "binding {index} is not aligned to its {element}-byte elements"
             )));
         }
+        if let Some(slot) = elements.get_mut(index) {
+            *slot = binding.size / element;
+        }
     }
-    if kernel.needs_equal_sizes()
-        && launch
-            .bindings
-            .windows(2)
-            .any(|pair| pair[0].size != pair[1].size)
-    {
-        return Err(invalid("bindings differ in size".to_string()));
-    }
+    check_shapes(kernel, &launch.args, &elements[..launch.bindings.len()])?;
     for (i, a) in launch.bindings.iter().enumerate() {
         for (j, b) in launch.bindings.iter().enumerate().skip(i + 1) {
             let written = signature[i] == Access::Write || signature[j] == Access::Write;
@@ -63,6 +68,109 @@ pub(crate) fn check_launch(
         }
     }
     Ok(())
+}
+
+/// Checks argument values that do not depend on the bindings.
+fn check_arguments(args: &KernelArgs) -> Result<(), ServerError> {
+    if let KernelArgs::OptimizerStep(step) = args {
+        let kernel = step.kernel_id().name();
+        step.config
+            .validate()
+            .map_err(|error| optimizer_error(kernel, error))?;
+        if step.step == 0 {
+            return Err(ServerError::InvalidArgument {
+                message: format!("{kernel} `step`: steps count from 1"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the bindings' lengths (`elements`, in the kernel's elements)
+/// against each other and the arguments.
+fn check_shapes(kernel: Kernel, args: &KernelArgs, elements: &[u64]) -> Result<(), ServerError> {
+    let invalid = |message: String| ServerError::InvalidProgram {
+        message: format!("{}: {message}", kernel.name()),
+    };
+    let expect = |index: usize, expected: Option<u64>, what: &str| match expected {
+        Some(expected) if elements.get(index) == Some(&expected) => Ok(()),
+        Some(expected) => Err(invalid(format!(
+            "binding {index} ({what}) has {} elements, expected {expected}",
+            elements.get(index).copied().unwrap_or(0)
+        ))),
+        None => Err(invalid(format!("the size of {what} overflows"))),
+    };
+    let all_equal = || {
+        if elements.windows(2).any(|pair| pair[0] != pair[1]) {
+            Err(invalid(format!("bindings differ in size: {elements:?}")))
+        } else {
+            Ok(())
+        }
+    };
+    match (kernel, args) {
+        (
+            Kernel::Copy
+            | Kernel::Identity
+            | Kernel::Axpy
+            | Kernel::Add
+            | Kernel::Mul
+            | Kernel::ActivationForward
+            | Kernel::ActivationBackward
+            | Kernel::MseLossBackward,
+            _,
+        ) => all_equal(),
+        (Kernel::MseLoss, _) => {
+            expect(1, elements.first().copied(), "target")?;
+            expect(2, Some(1), "out")?;
+            if elements.first() == Some(&0) {
+                return Err(invalid("the mean of no elements is undefined".into()));
+            }
+            Ok(())
+        }
+        (Kernel::Gemm, KernelArgs::Gemm { spec, bias }) => {
+            let (m, n, k) = (spec.m as u64, spec.n as u64, spec.k as u64);
+            expect(0, m.checked_mul(k), "a")?;
+            expect(1, k.checked_mul(n), "b")?;
+            if *bias {
+                expect(2, Some(n), "bias")?;
+            }
+            expect(elements.len().saturating_sub(1), m.checked_mul(n), "c")
+        }
+        (Kernel::ColumnSum, KernelArgs::ColumnSum { rows, cols }) => {
+            expect(0, rows.checked_mul(*cols), "x")?;
+            expect(1, Some(*cols), "out")
+        }
+        (Kernel::SegmentSum | Kernel::SegmentSumSquares, KernelArgs::Segments { segments }) => {
+            check_segments(kernel.name(), segments, elements.first().copied())?;
+            expect(1, Some(segments.len() as u64), "out")
+        }
+        (Kernel::AmpUnscale, _) => expect(1, Some(1), "found_inf"),
+        (Kernel::OptimizerStep, KernelArgs::OptimizerStep(step)) => {
+            let params = elements.first().copied();
+            let flag = usize::from(step.found_inf);
+            expect(1, params, "grads")?;
+            if step.found_inf {
+                expect(2, Some(1), "found_inf")?;
+            }
+            for index in 2 + flag..elements.len() {
+                expect(index, params, "a state buffer")?;
+            }
+            check_segments(step.kernel_id().name(), &step.segments, params)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks a segment table against a buffer of `total` elements.
+fn check_segments(
+    kernel: &str,
+    segments: &[cistern_optim::Segment],
+    total: Option<u64>,
+) -> Result<(), ServerError> {
+    let total = total
+        .and_then(|total| usize::try_from(total).ok())
+        .unwrap_or(0);
+    validate_segments(segments, total).map_err(|error| optimizer_error(kernel, error))
 }
 
 /// Checks a region lies inside its allocation of `size` bytes.
@@ -153,7 +261,11 @@ fn overlaps(a_offset: u64, a_size: u64, b_offset: u64, b_size: u64) -> bool {
 mod tests {
     use cistern_memory::AllocationId;
 
+    use cistern_kernels::{GemmSpec, Segment};
+    use cistern_optim::{AdamConfig, OptimizerConfig};
+
     use super::*;
+    use crate::OptimizerStep;
     use crate::command::ServerId;
     use crate::kernel::Binding;
 
@@ -218,6 +330,95 @@ mod tests {
         let mut launch = KernelLaunch::empty();
         launch.args = crate::KernelArgs::Fill { value: 0.0 };
         assert!(check_launch(&launch, sizes).is_err());
+    }
+
+    fn adam_step(config: AdamConfig, state: usize, segments: Vec<Segment>) -> KernelLaunch {
+        let b = |id| binding(id, 0, 64);
+        let state = (0..state as u64).map(|i| b(3 + i)).collect();
+        OptimizerStep::new(
+            OptimizerConfig::Adam(config),
+            1,
+            segments,
+            b(1),
+            b(2),
+            state,
+        )
+        .into_launch()
+    }
+
+    fn message(result: Result<(), ServerError>) -> String {
+        match result {
+            Err(ServerError::InvalidArgument { message }) => message,
+            other => panic!("expected an invalid argument, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_gemm_output_of_the_wrong_shape_is_an_invalid_program() {
+        let spec = GemmSpec {
+            m: 2,
+            n: 2,
+            k: 4,
+            ..Default::default()
+        };
+        let (a, b) = (binding(1, 0, 32), binding(2, 0, 32));
+        let launch = KernelLaunch::gemm(spec, a, b, None, binding(3, 0, 16));
+        assert_eq!(check_launch(&launch, sizes), Ok(()));
+        let launch = KernelLaunch::gemm(spec, a, b, None, binding(3, 0, 20));
+        assert!(matches!(
+            check_launch(&launch, sizes),
+            Err(ServerError::InvalidProgram { .. })
+        ));
+        let launch = KernelLaunch::gemm(spec, a, b, Some(binding(4, 0, 4)), binding(3, 0, 16));
+        assert!(matches!(
+            check_launch(&launch, sizes),
+            Err(ServerError::InvalidProgram { .. })
+        ));
+    }
+
+    #[test]
+    fn an_invalid_optimizer_config_is_an_invalid_argument_naming_the_field() {
+        let config = AdamConfig {
+            betas: (0.9, 1.0),
+            ..Default::default()
+        };
+        let launch = adam_step(config, 2, vec![Segment::new(0, 16)]);
+        assert!(message(check_launch(&launch, sizes)).contains("`betas[1]`"));
+    }
+
+    #[test]
+    fn a_segment_past_the_parameters_is_an_invalid_argument() {
+        let launch = adam_step(AdamConfig::default(), 2, vec![Segment::new(8, 9)]);
+        assert!(message(check_launch(&launch, sizes)).contains("`segments[0]`"));
+    }
+
+    #[test]
+    fn step_zero_is_an_invalid_argument() {
+        let mut launch = adam_step(AdamConfig::default(), 2, vec![]);
+        if let KernelArgs::OptimizerStep(step) = &mut launch.args {
+            step.step = 0;
+        }
+        assert!(message(check_launch(&launch, sizes)).contains("`step`"));
+    }
+
+    #[test]
+    fn a_missing_state_buffer_is_an_invalid_program() {
+        let launch = adam_step(AdamConfig::default(), 1, vec![Segment::new(0, 16)]);
+        assert!(matches!(
+            check_launch(&launch, sizes),
+            Err(ServerError::InvalidProgram { .. })
+        ));
+    }
+
+    #[test]
+    fn a_found_inf_flag_of_more_than_one_element_is_an_invalid_program() {
+        let launch = KernelLaunch::amp_unscale(binding(1, 0, 64), 0.5, binding(2, 0, 8));
+        assert!(matches!(
+            check_launch(&launch, sizes),
+            Err(ServerError::InvalidProgram { .. })
+        ));
+        let launch = KernelLaunch::amp_unscale(binding(1, 0, 64), 0.5, binding(2, 0, 4));
+        assert_eq!(check_launch(&launch, sizes), Ok(()));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use cistern_memory::{BackTrace, DevicePoison, StreamId};
 
 use super::event::{CpuEvent, EventSignal};
-use super::kernels::{self, CpuLaunch, KernelFault, caught};
+use super::kernels::{self, CpuLaunch, KernelFault, LaunchError, caught};
 use super::memory::HostSlice;
 use super::strided::strided_copy;
 use crate::ServerError;
@@ -50,6 +50,14 @@ impl DeviceState {
         } else {
             None
         }
+    }
+
+    /// Clears the sticky fault for a recovered context in `generation`.
+    pub(super) fn reset(&self, generation: u64) {
+        let mut fault = self.fault.lock();
+        *fault = None;
+        self.generation.store(generation, Ordering::Relaxed);
+        self.faulted.store(false, Ordering::Release);
     }
 
     fn mark_faulted(&self, poison: DevicePoison) {
@@ -263,9 +271,19 @@ impl StreamExecutor {
             return;
         }
         for launch in launches {
-            if let Err(fault) = caught(|| kernels::run(launch, &self.device)) {
-                let operation = format!("launch {}", launch.kernel.name());
-                let error = self.fault(sequence, &operation, &fault);
+            if let Err(failure) = kernels::run_caught(launch, &self.device) {
+                let error = match failure {
+                    // Operation-local: the kernel changed nothing; only its
+                    // owner and this stream's latch hear of it.
+                    LaunchError::Refused(error) => {
+                        self.latch(error.clone());
+                        error
+                    }
+                    LaunchError::Fault(fault) => {
+                        let operation = format!("launch {}", launch.kernel.name());
+                        self.fault(sequence, &operation, &fault)
+                    }
+                };
                 if let Some(token) = token {
                     token.fail(error);
                 }

@@ -1,15 +1,23 @@
-//! The CPU bodies of the runtime's kernels, and the fault they can raise.
+//! The CPU bodies of the runtime's kernels, and how they fail.
 //!
-//! `run` maps a resolved launch onto plain slices; the `f32` bodies are
-//! `cistern-kernels`' (issue 8 adds the rest of its catalogue).
+//! `run` maps a resolved launch onto plain `f32` slices of its bindings and
+//! calls `cistern-kernels`. A launch fails in one of two ways:
+//! - a [`KernelFault`] (a trap, a panic, a launch that does not match its
+//!   kernel) is sticky: it poisons the device;
+//! - a `KernelError` the kernel returns (LAMB's non-finite norms, say) is
+//!   operation-local: the kernel changed nothing, its owner gets
+//!   `InvalidArgument` through the token and the stream's latch, and the
+//!   device stays healthy.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 
+use cistern_kernels::{GemmSpec, KernelError, StepContext};
+
 use super::executor::DeviceState;
 use super::memory::HostSlice;
 use crate::fault::panic_message;
-use crate::{Kernel, KernelArgs};
+use crate::{Kernel, KernelArgs, ServerError};
 
 /// A CPU kernel's launch with its bindings resolved.
 #[derive(Debug)]
@@ -40,6 +48,21 @@ impl std::fmt::Display for KernelFault {
     }
 }
 
+/// Why a launch did not complete.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum LaunchError {
+    /// Sticky: the device is poisoned.
+    Fault(KernelFault),
+    /// Operation-local: the kernel refused its data and changed nothing.
+    Refused(ServerError),
+}
+
+impl From<KernelFault> for LaunchError {
+    fn from(fault: KernelFault) -> Self {
+        LaunchError::Fault(fault)
+    }
+}
+
 /// Runs `work`, turning a panic inside it into a fault.
 pub(super) fn caught<T>(work: impl FnOnce() -> Result<T, KernelFault>) -> Result<T, KernelFault> {
     match catch_unwind(AssertUnwindSafe(work)) {
@@ -48,58 +71,170 @@ pub(super) fn caught<T>(work: impl FnOnce() -> Result<T, KernelFault>) -> Result
     }
 }
 
+/// Runs one launch on this thread; a panic inside it is a fault.
+pub(super) fn run_caught(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
+    match catch_unwind(AssertUnwindSafe(|| run(launch, device))) {
+        Ok(result) => result,
+        Err(payload) => Err(KernelFault::Panicked(panic_message(payload.as_ref())).into()),
+    }
+}
+
 /// Runs one launch on this thread.
-pub(super) fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), KernelFault> {
-    match (launch.kernel, launch.args) {
-        (Kernel::Fill, KernelArgs::Fill { value }) => {
-            let target = binding(launch, 0)?;
-            // SAFETY: the server checked the written binding overlaps no other.
-            cistern_kernels::fill(f32s_mut(unsafe { target.bytes_mut() })?, value);
-        }
-        (Kernel::Copy, KernelArgs::None) => {
-            let (source, target) = (binding(launch, 0)?, binding(launch, 1)?);
-            // SAFETY: as above; the source is only read.
-            copy(unsafe { source.bytes() }, unsafe { target.bytes_mut() })?;
-        }
+fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
+    if launch.kernel == Kernel::Empty {
+        // The cheapest path: launch-overhead benchmarks count on it.
+        device.empty_kernel_runs.fetch_add(1, Ordering::Relaxed);
+        device.kernels_run.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    let refused = |error: KernelError| {
+        LaunchError::Refused(ServerError::InvalidArgument {
+            message: format!("{}: {error}", launch.kernel.name()),
+        })
+    };
+    let b = Bound(launch);
+    match (launch.kernel, &launch.args) {
+        (Kernel::Fill, &KernelArgs::Fill { value }) => cistern_kernels::fill(b.write(0)?, value),
+        (Kernel::Copy, KernelArgs::None) => copy(b.bytes(0)?, b.bytes_mut(1)?)?,
         (Kernel::Identity, KernelArgs::None) => {
-            let (source, target) = (binding(launch, 0)?, binding(launch, 1)?);
-            // SAFETY: as above.
-            let (source, target) = unsafe { (source.bytes(), target.bytes_mut()) };
-            cistern_kernels::copy(f32s(source)?, f32s_mut(target)?)
-                .map_err(|e| KernelFault::Malformed(e.to_string()))?;
+            cistern_kernels::copy(b.read(0)?, b.write(1)?).map_err(refused)?;
         }
-        (Kernel::Empty, KernelArgs::None) => {
-            device.empty_kernel_runs.fetch_add(1, Ordering::Relaxed);
+        (Kernel::Trap, KernelArgs::None) => return Err(KernelFault::Trap.into()),
+        (Kernel::Scale, &KernelArgs::Scale { factor }) => {
+            cistern_kernels::scale(b.write(0)?, factor);
         }
-        (Kernel::Trap, KernelArgs::None) => return Err(KernelFault::Trap),
+        (Kernel::Axpy, &KernelArgs::Axpy { alpha }) => {
+            cistern_kernels::axpy(b.write(0)?, alpha, b.read(1)?).map_err(refused)?;
+        }
+        (Kernel::Add, KernelArgs::None) => {
+            cistern_kernels::add(b.read(0)?, b.read(1)?, b.write(2)?).map_err(refused)?;
+        }
+        (Kernel::Mul, KernelArgs::None) => {
+            cistern_kernels::mul(b.read(0)?, b.read(1)?, b.write(2)?).map_err(refused)?;
+        }
+        (Kernel::ActivationForward, &KernelArgs::Activation { activation }) => {
+            cistern_kernels::activation_forward(activation, b.read(0)?, b.write(1)?)
+                .map_err(refused)?;
+        }
+        (Kernel::ActivationBackward, &KernelArgs::Activation { activation }) => {
+            let (x, grad_out, grad_in) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::activation_backward(activation, x, grad_out, grad_in)
+                .map_err(refused)?;
+        }
+        (Kernel::Gemm, &KernelArgs::Gemm { spec, bias }) => gemm(&b, &spec, bias, refused)?,
+        (Kernel::ColumnSum, &KernelArgs::ColumnSum { rows, cols }) => {
+            let (rows, cols) = (index(rows)?, index(cols)?);
+            cistern_kernels::column_sum(b.read(0)?, rows, cols, b.write(1)?).map_err(refused)?;
+        }
+        (Kernel::MseLoss, KernelArgs::None) => {
+            let loss = cistern_kernels::mse_loss(b.read(0)?, b.read(1)?).map_err(refused)?;
+            match b.write(2)?.first_mut() {
+                Some(out) => *out = loss,
+                None => return Err(malformed("mse_loss has no output element").into()),
+            }
+        }
+        (Kernel::MseLossBackward, &KernelArgs::MseLossBackward { grad_output }) => {
+            let (pred, target, grad) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::mse_loss_backward(pred, target, grad_output, grad).map_err(refused)?;
+        }
+        (Kernel::SegmentSum, KernelArgs::Segments { segments }) => {
+            cistern_kernels::segment_sum(b.read(0)?, segments, b.write(1)?).map_err(refused)?;
+        }
+        (Kernel::SegmentSumSquares, KernelArgs::Segments { segments }) => {
+            cistern_kernels::segment_sum_squares(b.read(0)?, segments, b.write(1)?)
+                .map_err(refused)?;
+        }
+        (Kernel::AmpUnscale, &KernelArgs::AmpUnscale { inv_scale }) => {
+            cistern_kernels::amp_unscale(b.write(0)?, inv_scale, b.write(1)?).map_err(refused)?;
+        }
+        (Kernel::OptimizerStep, KernelArgs::OptimizerStep(step)) => {
+            let params = b.write(0)?;
+            let grads = b.read(1)?;
+            let (found_inf, first_state) = if step.found_inf {
+                (Some(b.read(2)?), 3)
+            } else {
+                (None, 2)
+            };
+            let mut state = (first_state..launch.bindings.len())
+                .map(|i| b.write(i))
+                .collect::<Result<Vec<_>, _>>()?;
+            let ctx = StepContext {
+                step: step.step,
+                segments: &step.segments,
+                found_inf,
+            };
+            cistern_kernels::optimizer_step(&step.config, &ctx, params, grads, &mut state)
+                .map_err(refused)?;
+        }
         (kernel, args) => {
-            return Err(KernelFault::Malformed(format!(
-                "{} does not take {args:?}",
-                kernel.name()
-            )));
+            return Err(malformed(format!("{} does not take {args:?}", kernel.name())).into());
         }
     }
     device.kernels_run.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
-fn binding(launch: &CpuLaunch, index: usize) -> Result<&HostSlice, KernelFault> {
-    launch.bindings.get(index).ok_or_else(|| {
-        KernelFault::Malformed(format!("{} has no binding {index}", launch.kernel.name()))
-    })
+fn gemm(
+    b: &Bound<'_>,
+    spec: &GemmSpec,
+    bias: bool,
+    refused: impl Fn(KernelError) -> LaunchError,
+) -> Result<(), LaunchError> {
+    let (bias, c) = if bias {
+        (Some(b.read(2)?), b.write(3)?)
+    } else {
+        (None, b.write(2)?)
+    };
+    cistern_kernels::gemm(spec, b.read(0)?, b.read(1)?, bias, c).map_err(refused)
 }
 
-fn f32s(bytes: &[u8]) -> Result<&[f32], KernelFault> {
-    bytemuck::try_cast_slice(bytes).map_err(|e| KernelFault::Malformed(e.to_string()))
+/// A launch's bindings as slices.
+///
+/// Every accessor hands out a view of a distinct binding: the server checked
+/// that no written binding overlaps any other, and the stream orders this
+/// launch against every other user of the memory, so a view is exclusive
+/// when written and unwritten while read.
+struct Bound<'a>(&'a CpuLaunch);
+
+impl<'a> Bound<'a> {
+    fn slice(&self, index: usize) -> Result<&'a HostSlice, KernelFault> {
+        self.0
+            .bindings
+            .get(index)
+            .ok_or_else(|| malformed(format!("{} has no binding {index}", self.0.kernel.name())))
+    }
+
+    fn bytes(&self, index: usize) -> Result<&'a [u8], KernelFault> {
+        // SAFETY: see the type's docs: no one writes a bound range while it is read.
+        Ok(unsafe { self.slice(index)?.bytes() })
+    }
+
+    fn bytes_mut(&self, index: usize) -> Result<&'a mut [u8], KernelFault> {
+        // SAFETY: see the type's docs: a written range overlaps no other
+        // binding, and each index is asked for once per launch.
+        Ok(unsafe { self.slice(index)?.bytes_mut() })
+    }
+
+    fn read(&self, index: usize) -> Result<&'a [f32], KernelFault> {
+        bytemuck::try_cast_slice(self.bytes(index)?).map_err(|e| malformed(e.to_string()))
+    }
+
+    fn write(&self, index: usize) -> Result<&'a mut [f32], KernelFault> {
+        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?).map_err(|e| malformed(e.to_string()))
+    }
 }
 
-fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], KernelFault> {
-    bytemuck::try_cast_slice_mut(bytes).map_err(|e| KernelFault::Malformed(e.to_string()))
+fn malformed(message: impl Into<String>) -> KernelFault {
+    KernelFault::Malformed(message.into())
+}
+
+fn index(value: u64) -> Result<usize, KernelFault> {
+    usize::try_from(value).map_err(|_| malformed(format!("{value} does not fit in usize")))
 }
 
 fn copy(source: &[u8], target: &mut [u8]) -> Result<(), KernelFault> {
     if source.len() != target.len() {
-        return Err(KernelFault::Malformed("copy sizes differ".into()));
+        return Err(malformed("copy sizes differ"));
     }
     target.copy_from_slice(source);
     Ok(())

@@ -190,7 +190,7 @@ fn cpu_launch(storage: &HostStorage, launch: &ResolvedLaunch) -> Result<CpuLaunc
             .iter()
             .map(|location| HostSlice::resolve(storage, *location))
             .collect::<Result<_, _>>()?,
-        args: launch.args,
+        args: launch.args.clone(),
     })
 }
 
@@ -296,6 +296,12 @@ impl Backend for CpuBackend {
 
     fn release_event(&mut self, event: EventId) {
         self.events.remove(&event);
+    }
+
+    fn reset_context(&mut self, generation: u64) -> Result<(), ServerError> {
+        // Every executor answered its drain marker and is idle.
+        self.device.reset(generation);
+        Ok(())
     }
 
     fn counters(&self) -> DeviceCounters {

@@ -1,0 +1,82 @@
+//! Where the server carries out a [`FaultPlan`](crate::FaultPlan): each hook
+//! tests one `Option` when no plan is installed, and the injector's own work
+//! stays out of line, off the hot path.
+
+use cistern_memory::IoError;
+
+use super::core::ServerCore;
+use crate::backend::{Backend, ResolvedLaunch, StreamWork};
+use crate::fault::FaultInjector;
+use crate::{Kernel, KernelArgs, ServerError};
+
+impl<B: Backend> ServerCore<B> {
+    /// A reservation that passed its checks: `OutOfMemory` if the plan says so.
+    #[inline]
+    pub(super) fn inject_reservation_fault(&mut self, size: u64) -> Result<(), ServerError> {
+        match &mut self.faults {
+            None => Ok(()),
+            Some(faults) => reservation_fault(faults, size),
+        }
+    }
+
+    /// A transfer that passed its checks: `TransferFailed` if the plan says so.
+    #[inline]
+    pub(super) fn inject_transfer_fault(&mut self) -> Result<(), ServerError> {
+        match &mut self.faults {
+            None => Ok(()),
+            Some(faults) => transfer_fault(faults),
+        }
+    }
+
+    /// Accepted launch work: each launch the plan says traps is replaced
+    /// by the `Trap` kernel, so the device faults for real.
+    #[inline]
+    pub(super) fn inject_launch_faults(&mut self, work: &mut StreamWork) {
+        if let Some(faults) = &mut self.faults {
+            trap_launches(faults, work);
+        }
+    }
+}
+
+#[inline(never)]
+fn reservation_fault(faults: &mut FaultInjector, size: u64) -> Result<(), ServerError> {
+    if faults.reservation_fails() {
+        Err(ServerError::Io(IoError::out_of_memory(size)))
+    } else {
+        Ok(())
+    }
+}
+
+#[inline(never)]
+fn transfer_fault(faults: &mut FaultInjector) -> Result<(), ServerError> {
+    if faults.transfer_fails() {
+        Err(ServerError::TransferFailed {
+            message: "injected transfer failure".to_string(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+#[inline(never)]
+fn trap_launches(faults: &mut FaultInjector, work: &mut StreamWork) {
+    let launches = match work {
+        StreamWork::Launch { launch, .. } => std::slice::from_mut(launch),
+        StreamWork::Batch { launches, .. } => launches.as_mut_slice(),
+        _ => return,
+    };
+    for launch in launches {
+        if faults.launch_traps() {
+            *launch = trap();
+        }
+    }
+}
+
+/// The `Trap` kernel's launch.
+pub(super) fn trap() -> ResolvedLaunch {
+    ResolvedLaunch {
+        kernel: Kernel::Trap,
+        bindings: Vec::new(),
+        args: KernelArgs::None,
+    }
+}

@@ -1,0 +1,210 @@
+//! `cistern bench optim --optimizer NAME --params N`: fused optimizer steps
+//! through the server, against an in-place axpy through the same server
+//! over the same number of elements, measured in the same run.
+//!
+//! Both run on `cpu:0` over random non-zero data, and the axpy runs over
+//! the step's own parameter and gradient buffers (`params += ±1e-3·grads`,
+//! the sign alternating so parameters stay bounded): on this VM a buffer's
+//! bandwidth depends on which physical memory it got, so the reference
+//! must use the same memory. Each sample is one command followed by a wait
+//! on its token (a synced step); step and axpy samples alternate, so both
+//! medians see the same load from whatever else runs on the machine. Bytes are counted per parameter as the update must
+//! move them at least once: parameters read and written, gradients read,
+//! each state buffer read and written (Adam: 28). The axpy counts 12 per
+//! element (`a` read and written, `c` read). A diagnostic, the same kernel
+//! called directly on host buffers, is sampled in the same rotation, so the
+//! server's own cost shows apart from the machine's load.
+
+use std::time::Instant;
+
+use cistern_client::{Buffer, ComputeClient};
+use cistern_kernels::StepContext;
+use cistern_optim::{
+    AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
+};
+use cistern_runtime::{Device, DeviceOptions, KernelLaunch, OptimizerStep, Segment};
+
+const WARMUP: usize = 3;
+const SAMPLES: usize = 25;
+
+/// The optimizer `name` names, with PyTorch's defaults (SGD with momentum 0.9).
+pub fn config_named(name: &str) -> Result<OptimizerConfig, String> {
+    Ok(match name {
+        "adam" => OptimizerConfig::Adam(AdamConfig::default()),
+        "adamw" => OptimizerConfig::AdamW(AdamWConfig::default()),
+        "sgd" => OptimizerConfig::Sgd(SgdConfig {
+            momentum: 0.9,
+            ..Default::default()
+        }),
+        "rmsprop" => OptimizerConfig::RmsProp(RmsPropConfig::default()),
+        "adagrad" => OptimizerConfig::Adagrad(AdagradConfig::default()),
+        "lamb" => OptimizerConfig::Lamb(LambConfig::default()),
+        other => {
+            return Err(format!(
+                "unknown optimizer `{other}`: use adam, adamw, sgd, rmsprop, adagrad or lamb"
+            ));
+        }
+    })
+}
+
+/// Runs the benchmark and prints its JSON line.
+pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
+    let config = config_named(optimizer)?;
+    if params == 0 {
+        return Err("--params must be at least 1".into());
+    }
+    let numel = usize::try_from(params).map_err(|_| format!("{params} parameters"))?;
+    let state_buffers = config.state_layout().len() as u64;
+    let buffer_bytes = params * 4;
+    // Parameters, gradients and state, with room for the pools' rounding.
+    let limit = buffer_bytes * (2 + state_buffers) + (buffer_bytes / 4).max(64 << 20);
+    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(limit))
+        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    let stream = client.default_stream();
+    let mut rng = Rng::new(0x5EED);
+    let upload = |rng: &mut Rng, scale: f32| -> Result<Buffer, String> {
+        client
+            .upload_f32(&rng.non_zero(numel, scale))
+            .map_err(|e| format!("upload: {e}"))
+    };
+    let weights = upload(&mut rng, 1.0)?;
+    let grads = upload(&mut rng, 0.01)?;
+    let state = client
+        .optimizer_state(&config, params)
+        .map_err(|e| format!("optimizer_state: {e}"))?;
+    let segments = vec![Segment::new(0, numel)];
+
+    let mut step_count = 0u64;
+    let mut step = || -> Result<f64, String> {
+        step_count += 1;
+        let command = OptimizerStep::new(
+            config.clone(),
+            step_count,
+            segments.clone(),
+            weights.whole(),
+            grads.whole(),
+            state.bindings(),
+        );
+        let start = Instant::now();
+        let token = client
+            .optimizer_step(stream, command)
+            .map_err(|e| format!("optimizer_step: {e}"))?;
+        token.wait().map_err(|e| format!("step: {e}"))?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    // Alternating signs keep `a` bounded however many samples run.
+    let mut sign = 1.0f32;
+    let mut axpy = || -> Result<f64, String> {
+        sign = -sign;
+        let start = Instant::now();
+        let token = client
+            .launch_tracked(
+                stream,
+                KernelLaunch::axpy(weights.whole(), sign * 1e-3, grads.whole()),
+            )
+            .map_err(|e| format!("axpy: {e}"))?;
+        token.wait().map_err(|e| format!("axpy: {e}"))?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+
+    // Diagnostic: the same kernel called on host buffers, without the server.
+    let mut host_params = rng.non_zero(numel, 1.0);
+    let host_grads = rng.non_zero(numel, 0.01);
+    let mut host_state: Vec<Vec<f32>> = config
+        .state_layout()
+        .buffers
+        .iter()
+        .map(|b| vec![b.initial_value as f32; numel])
+        .collect();
+    let mut direct_count = 0u64;
+    let mut direct = || -> Result<f64, String> {
+        direct_count += 1;
+        let ctx = StepContext {
+            step: direct_count,
+            segments: &segments,
+            found_inf: None,
+        };
+        let mut views: Vec<&mut [f32]> = host_state.iter_mut().map(|b| b.as_mut_slice()).collect();
+        let start = Instant::now();
+        cistern_kernels::optimizer_step(&config, &ctx, &mut host_params, &host_grads, &mut views)
+            .map_err(|e| format!("direct step: {e}"))?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+
+    for _ in 0..WARMUP {
+        step()?;
+        axpy()?;
+        direct()?;
+    }
+    let mut step_samples = Vec::with_capacity(SAMPLES);
+    let mut axpy_samples = Vec::with_capacity(SAMPLES);
+    let mut direct_samples = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        step_samples.push(step()?);
+        axpy_samples.push(axpy()?);
+        direct_samples.push(direct()?);
+    }
+    let step_seconds = median(&mut step_samples);
+    let axpy_seconds = median(&mut axpy_samples);
+    let direct_seconds = median(&mut direct_samples);
+    let bytes_per_param = 12 + 8 * state_buffers;
+    let gb_per_s = (bytes_per_param * params) as f64 / step_seconds / 1e9;
+    let axpy_gb_per_s = (12 * params) as f64 / axpy_seconds / 1e9;
+    print_line(serde_json::json!({
+        "bench": "optim",
+        "optimizer": optimizer,
+        "params": params,
+        "ms_per_step": round(step_seconds * 1e3),
+        "bytes_per_param": bytes_per_param,
+        "gb_per_s": round(gb_per_s),
+        "axpy_gb_per_s": round(axpy_gb_per_s),
+        "vs_axpy": round(gb_per_s / axpy_gb_per_s),
+        "direct_ms_per_step": round(direct_seconds * 1e3),
+        "vs_direct": round(direct_seconds / step_seconds),
+    }));
+    Ok(())
+}
+
+fn round(value: f64) -> f64 {
+    (value * 1000.0).round() / 1000.0
+}
+
+/// SplitMix64 for benchmark data: seeded, so runs compare.
+pub(super) struct Rng(u64);
+
+impl Rng {
+    pub(super) fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// `n` values with magnitudes in [scale/2, 3·scale/2) and random signs.
+    pub(super) fn non_zero(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let bits = self.next_u64();
+                let unit = (bits >> 40) as f32 / (1u64 << 24) as f32;
+                let magnitude = scale * (0.5 + unit);
+                if bits & 1 == 0 { magnitude } else { -magnitude }
+            })
+            .collect()
+    }
+}
+
+/// The median of `samples` (reordered).
+pub(super) fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// Prints one JSON result line.
+pub(super) fn print_line(value: serde_json::Value) {
+    println!("{value}");
+}

@@ -1,0 +1,213 @@
+//! One stress client: runs its workload against a shared device
+//! ([`ops`]: every byte read is verified), and handles every error the way
+//! the error says ([`errors`]).
+
+mod errors;
+mod ops;
+
+use std::time::Duration;
+
+use cistern_client::{Buffer, ComputeClient};
+use cistern_runtime::{FailureToken, ServerError, StreamId};
+
+use super::counters::Counters;
+use super::pattern::Expected;
+use super::rng::Rng;
+use super::run::Shared;
+use super::workload::{Op, Workload};
+
+/// Attempts of a reservation after an out-of-memory: release, release
+/// harder, then back off.
+const RELEASE_ATTEMPTS: u32 = 6;
+/// Attempts of a transfer or submission that failed without harm.
+const RETRY_ATTEMPTS: u32 = 3;
+/// How long a client keeps retrying a transient refusal before giving up the operation.
+const BUSY_PATIENCE: Duration = Duration::from_secs(2);
+/// The deepest a too-big reservation is split (2⁴ pieces).
+const MAX_SPLIT_DEPTH: u32 = 4;
+
+/// Why a client stopped early: the device is gone for this process.
+#[derive(Debug)]
+pub(crate) struct Stopped;
+
+/// What to do after an error was handled.
+enum Next {
+    /// Try the same call again.
+    Retry,
+    /// Give the operation up (its buffers may be gone).
+    Done,
+}
+
+/// A buffer the client holds, with what it should contain.
+struct Held {
+    uid: u64,
+    buffer: Buffer,
+    expected: Expected,
+}
+
+impl Held {
+    fn generation(&self) -> u64 {
+        self.buffer.reference().generation
+    }
+}
+
+/// A launch whose outcome the client has not looked at yet.
+struct PendingLaunch {
+    token: FailureToken,
+    target: u64,
+    offset: u64,
+    len: u64,
+}
+
+/// One client thread's state.
+pub(crate) struct Worker<'a> {
+    index: usize,
+    shared: &'a Shared,
+    client: ComputeClient,
+    stream: StreamId,
+    held: Vec<Held>,
+    pending: Vec<PendingLaunch>,
+    workload: Workload,
+    rng: Rng,
+    next_uid: u64,
+    serial: u64,
+    generation: u64,
+}
+
+impl<'a> Worker<'a> {
+    /// Client `index` of `shared`'s run, on a stream of its own.
+    pub(crate) fn new(
+        index: usize,
+        shared: &'a Shared,
+        client: ComputeClient,
+        stream: StreamId,
+    ) -> Self {
+        let seed = shared.config.seed;
+        Worker {
+            index,
+            shared,
+            workload: Workload::new(seed, index as u64, shared.config.workload),
+            rng: Rng::derived(seed ^ 0xC1E7, index as u64),
+            client,
+            stream,
+            held: Vec::new(),
+            pending: Vec::new(),
+            next_uid: (index as u64) << 40,
+            serial: 0,
+            generation: 0,
+        }
+    }
+
+    /// Runs `ops` operations (or until the run stops), then settles and
+    /// drops everything it holds.
+    pub(crate) fn run(mut self, ops: Option<u64>) -> Result<(), Stopped> {
+        let mut done = 0u64;
+        let result = loop {
+            if self.shared.should_stop() || ops.is_some_and(|ops| done >= ops) {
+                break Ok(());
+            }
+            let op = self.workload.next().unwrap_or(Op::Free {
+                target: super::workload::Pick(0),
+            });
+            done += 1;
+            if let Err(stopped) = self.execute(op) {
+                break Err(stopped);
+            }
+        };
+        let finished = match result {
+            Ok(()) => self.finish(),
+            Err(stopped) => Err(stopped),
+        };
+        self.held.clear();
+        finished
+    }
+
+    fn execute(&mut self, op: Op) -> Result<(), Stopped> {
+        let counters = &self.shared.counters;
+        let ran = match op {
+            Op::Reserve { size } => {
+                self.reserve(size, 0)?;
+                true
+            }
+            Op::Write { target, span } => match target.index(self.held.len()) {
+                Some(index) => {
+                    self.write(index, span)?;
+                    true
+                }
+                None => false,
+            },
+            Op::Fill { target, span } => match target.index(self.held.len()) {
+                Some(index) => {
+                    self.fill(index, span)?;
+                    true
+                }
+                None => false,
+            },
+            Op::Copy {
+                source,
+                target,
+                len,
+                source_start,
+                target_start,
+                via,
+            } => match (source.index(self.held.len()), target.index(self.held.len())) {
+                (Some(from), Some(to)) if from != to => {
+                    self.copy(from, to, (len, source_start, target_start), via)?;
+                    true
+                }
+                _ => false,
+            },
+            Op::Read { target, span } => match target.index(self.held.len()) {
+                Some(index) => {
+                    self.read(index, span)?;
+                    true
+                }
+                None => false,
+            },
+            Op::Free { target } => match target.index(self.held.len()) {
+                Some(index) => {
+                    self.held.swap_remove(index);
+                    true
+                }
+                None => false,
+            },
+        };
+        Counters::bump(if ran {
+            &counters.ops
+        } else {
+            &counters.skipped_ops
+        });
+        Ok(())
+    }
+
+    /// Drops every buffer made before `generation`. Their launches stay
+    /// pending: the recovery's drain settles them, and one never settled
+    /// is a lost reply.
+    fn drop_older_than(&mut self, generation: u64) {
+        self.held.retain(|held| held.generation() >= generation);
+        self.generation = self.generation.max(generation);
+    }
+
+    fn find(&mut self, uid: u64) -> Option<&mut Held> {
+        self.held.iter_mut().find(|held| held.uid == uid)
+    }
+
+    /// Calls the device under the watchdog: a call that outlives the reply
+    /// bound is counted lost by the run.
+    fn call<T>(
+        &self,
+        f: impl FnOnce(&ComputeClient) -> Result<T, ServerError>,
+    ) -> Result<T, ServerError> {
+        let watch = &self.shared.watches[self.index];
+        watch.begin(self.shared.elapsed());
+        let result = f(&self.client);
+        watch.end();
+        result
+    }
+
+    /// Counts `error` and sends it to the telemetry file.
+    fn record(&self, error: &ServerError) {
+        Counters::bump(&self.shared.counters.errors);
+        self.shared.telemetry(error, self.generation);
+    }
+}

@@ -1,0 +1,209 @@
+//! Every kernel of the catalogue launched through the client, against the
+//! CPU kernels of `cistern-kernels` run on the host over the same data.
+
+use cistern::client::{Buffer, ComputeClient};
+use cistern::kernels::{self, Activation, GemmSpec, Segment};
+use cistern::runtime::{Device, KernelLaunch};
+
+use super::common::{ok, open};
+use super::optim_reference::{Rng, assert_close, download};
+
+/// Runs `launch` on the default stream and waits for it.
+fn run(client: &ComputeClient, launch: KernelLaunch) {
+    let what = launch.kernel.name();
+    let token = ok(client.launch_tracked(client.default_stream(), launch), what);
+    ok(token.wait(), what);
+}
+
+fn upload(client: &ComputeClient, values: &[f32]) -> Buffer {
+    ok(client.upload_f32(values), "upload_f32")
+}
+
+fn zeros(client: &ComputeClient, n: usize) -> Buffer {
+    upload(client, &vec![0.0; n])
+}
+
+fn host<T>(result: Result<T, kernels::KernelError>) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("the host kernel refused: {error}"),
+    }
+}
+
+pub fn elementwise_kernels_match_the_cpu_kernels(device: Device) {
+    let client = open(device);
+    let mut rng = Rng::new(1);
+    // Long enough for the kernels' parallel path, odd to leave a tail.
+    let n = 70_001;
+    let (a, b) = (rng.vec(n), rng.vec(n));
+    let (da, db, out) = (upload(&client, &a), upload(&client, &b), zeros(&client, n));
+
+    run(&client, KernelLaunch::fill(out.whole(), 3.5));
+    assert_eq!(download(&client, &out), vec![3.5; n]);
+    run(&client, KernelLaunch::identity(da.whole(), out.whole()));
+    assert_eq!(download(&client, &out), a);
+    run(&client, KernelLaunch::copy(db.whole(), out.whole()));
+    assert_eq!(download(&client, &out), b);
+
+    let mut want = a.clone();
+    kernels::scale(&mut want, -0.75);
+    let x = upload(&client, &a);
+    run(&client, KernelLaunch::scale(x.whole(), -0.75));
+    assert_close(&download(&client, &x), &want, "scale");
+
+    let mut want = a.clone();
+    host(kernels::axpy(&mut want, 0.3, &b));
+    let x = upload(&client, &a);
+    run(&client, KernelLaunch::axpy(x.whole(), 0.3, db.whole()));
+    assert_close(&download(&client, &x), &want, "axpy");
+
+    let mut want = vec![0.0; n];
+    host(kernels::add(&a, &b, &mut want));
+    run(
+        &client,
+        KernelLaunch::add(da.whole(), db.whole(), out.whole()),
+    );
+    assert_close(&download(&client, &out), &want, "add");
+    host(kernels::mul(&a, &b, &mut want));
+    run(
+        &client,
+        KernelLaunch::mul(da.whole(), db.whole(), out.whole()),
+    );
+    assert_close(&download(&client, &out), &want, "mul");
+}
+
+pub fn a_kernel_over_a_sub_range_changes_only_that_range(device: Device) {
+    let client = open(device);
+    let buffer = upload(&client, &[1.0; 16]);
+    run(&client, KernelLaunch::scale(buffer.range(16, 16), 4.0));
+    let mut want = vec![1.0; 16];
+    want[4..8].fill(4.0);
+    assert_eq!(download(&client, &buffer), want);
+}
+
+pub fn every_activation_forward_and_backward_matches_the_cpu_kernels(device: Device) {
+    let client = open(device);
+    let mut rng = Rng::new(2);
+    let n = 1000;
+    let x: Vec<f32> = rng.vec(n).iter().map(|v| 4.0 * v).collect();
+    let g = rng.vec(n);
+    let (dx, dg, out) = (upload(&client, &x), upload(&client, &g), zeros(&client, n));
+    for activation in [
+        Activation::Identity,
+        Activation::Relu,
+        Activation::LeakyRelu {
+            negative_slope: 0.2,
+        },
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Tanh,
+        Activation::Sigmoid,
+    ] {
+        let mut want = vec![0.0; n];
+        host(kernels::activation_forward(activation, &x, &mut want));
+        run(
+            &client,
+            KernelLaunch::activation_forward(activation, dx.whole(), out.whole()),
+        );
+        assert_close(&download(&client, &out), &want, &format!("{activation:?}"));
+        host(kernels::activation_backward(activation, &x, &g, &mut want));
+        let launch =
+            KernelLaunch::activation_backward(activation, dx.whole(), dg.whole(), out.whole());
+        run(&client, launch);
+        assert_close(&download(&client, &out), &want, &format!("{activation:?}'"));
+    }
+}
+
+pub fn gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel(device: Device) {
+    let client = open(device);
+    let mut rng = Rng::new(3);
+    let (m, n, k) = (37, 19, 23);
+    let a = rng.vec(m * k);
+    let b = rng.vec(k * n);
+    let bias = rng.vec(n);
+    let (da, db, dbias) = (
+        upload(&client, &a),
+        upload(&client, &b),
+        upload(&client, &bias),
+    );
+    let c = zeros(&client, m * n);
+    for transpose_a in [false, true] {
+        for transpose_b in [false, true] {
+            for (with_bias, activation) in [(false, Activation::Identity), (true, Activation::Relu)]
+            {
+                let spec = GemmSpec {
+                    m,
+                    n,
+                    k,
+                    transpose_a,
+                    transpose_b,
+                    activation,
+                };
+                let host_bias = with_bias.then_some(bias.as_slice());
+                let mut want = vec![0.0; m * n];
+                host(kernels::gemm(&spec, &a, &b, host_bias, &mut want));
+                let bound_bias = with_bias.then(|| dbias.whole());
+                run(
+                    &client,
+                    KernelLaunch::gemm(spec, da.whole(), db.whole(), bound_bias, c.whole()),
+                );
+                assert_close(&download(&client, &c), &want, &format!("{spec:?}"));
+            }
+        }
+    }
+}
+
+pub fn reductions_match_the_cpu_kernels(device: Device) {
+    let client = open(device);
+    let mut rng = Rng::new(4);
+    let (rows, cols) = (300, 7);
+    let x = rng.vec(rows * cols);
+    let dx = upload(&client, &x);
+    let sums = zeros(&client, cols);
+    let mut want = vec![0.0; cols];
+    host(kernels::column_sum(&x, rows, cols, &mut want));
+    run(
+        &client,
+        KernelLaunch::column_sum(dx.whole(), rows as u64, cols as u64, sums.whole()),
+    );
+    assert_close(&download(&client, &sums), &want, "column_sum");
+
+    let target = rng.vec(rows * cols);
+    let dt = upload(&client, &target);
+    let loss = zeros(&client, 1);
+    let want = host(kernels::mse_loss(&x, &target));
+    run(
+        &client,
+        KernelLaunch::mse_loss(dx.whole(), dt.whole(), loss.whole()),
+    );
+    assert_close(&download(&client, &loss), &[want], "mse_loss");
+    let grad = zeros(&client, rows * cols);
+    let mut want = vec![0.0; rows * cols];
+    host(kernels::mse_loss_backward(&x, &target, 0.5, &mut want));
+    run(
+        &client,
+        KernelLaunch::mse_loss_backward(dx.whole(), dt.whole(), 0.5, grad.whole()),
+    );
+    assert_close(&download(&client, &grad), &want, "mse_loss_backward");
+
+    let segments = vec![
+        Segment::new(0, 5),
+        Segment::new(5, 0),
+        Segment::new(9, 1000),
+        Segment::new(1500, 600),
+    ];
+    let out = zeros(&client, segments.len());
+    let mut want = vec![0.0; segments.len()];
+    host(kernels::segment_sum(&x, &segments, &mut want));
+    run(
+        &client,
+        KernelLaunch::segment_sum(dx.whole(), segments.clone(), out.whole()),
+    );
+    assert_close(&download(&client, &out), &want, "segment_sum");
+    host(kernels::segment_sum_squares(&x, &segments, &mut want));
+    run(
+        &client,
+        KernelLaunch::segment_sum_squares(dx.whole(), segments, out.whole()),
+    );
+    assert_close(&download(&client, &out), &want, "segment_sum_squares");
+}

@@ -1,0 +1,167 @@
+//! End-to-end tests of `cistern stress`, through the built binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn cistern(args: &[&str]) -> Output {
+    match Command::new(env!("CARGO_BIN_EXE_cistern"))
+        .args(args)
+        .output()
+    {
+        Ok(output) => output,
+        Err(error) => panic!("cannot run cistern: {error}"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Every stdout line as JSON; the last one must be the summary.
+fn json_lines(output: &Output) -> Vec<Value> {
+    let stdout = text(&output.stdout);
+    stdout
+        .lines()
+        .map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(value) => value,
+            Err(error) => panic!("not a JSON line ({error}): {line}"),
+        })
+        .collect()
+}
+
+fn field(summary: &Value, name: &str) -> u64 {
+    match summary[name].as_u64() {
+        Some(value) => value,
+        None => panic!("the summary has no integer {name}: {summary}"),
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cistern-stress-test-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.join(name)
+}
+
+#[test]
+fn a_faulty_run_under_a_tight_limit_recovers_handles_ooms_and_reads_back_clean() {
+    let telemetry = scratch("faulty.jsonl");
+    let plot = scratch("faulty.svg");
+    let output = cistern(&[
+        "stress",
+        "--clients",
+        "4",
+        "--limit",
+        "2MiB",
+        "--max-size",
+        "256KiB",
+        "--seconds",
+        "2",
+        "--seed",
+        "3",
+        "--faults",
+        "7",
+        "--trap-rate",
+        "0.005",
+        "--json",
+        "--telemetry",
+        telemetry.to_str().unwrap_or_default(),
+        "--plot",
+        plot.to_str().unwrap_or_default(),
+    ]);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "stderr: {stderr}");
+    let lines = json_lines(&output);
+    assert_eq!(lines[0]["event"], "start");
+    let summary = &lines[lines.len() - 1];
+    assert_eq!(summary["event"], "summary", "{summary}");
+    assert_eq!(field(summary, "corrupted_reads"), 0);
+    assert_eq!(field(summary, "lost_replies"), 0);
+    assert!(field(summary, "poisons") >= 1, "{summary}");
+    assert!(field(summary, "recoveries") >= 1, "{summary}");
+    assert!(field(summary, "ooms") >= 1, "{summary}");
+    assert!(field(summary, "verified_bytes") > 0, "{summary}");
+    assert_eq!(field(summary, "limit"), 2 << 20);
+    assert!(field(summary, "peak_reserved") <= 2 << 20, "{summary}");
+    // Each poison and recovery was announced as an event line.
+    let poison_lines = lines.iter().filter(|l| l["event"] == "poison").count() as u64;
+    assert_eq!(poison_lines, field(summary, "poisons"));
+    // Every error seen is in the telemetry file.
+    let reports = std::fs::read_to_string(&telemetry).unwrap_or_default();
+    assert_eq!(reports.lines().count() as u64, field(summary, "errors"));
+    assert_eq!(
+        field(summary, "telemetry_reports"),
+        field(summary, "errors")
+    );
+    let svg = std::fs::read_to_string(&plot).unwrap_or_default();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("poison ("),
+        "not the plot"
+    );
+    let _ = std::fs::remove_file(telemetry);
+    let _ = std::fs::remove_file(plot);
+}
+
+#[test]
+fn a_run_without_json_prints_a_table_with_the_zeros() {
+    let output = cistern(&[
+        "stress",
+        "--clients",
+        "2",
+        "--limit",
+        "2MiB",
+        "--ops",
+        "2000",
+        "--max-size",
+        "64KiB",
+    ]);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    for row in [
+        "operations",
+        "out of memory",
+        "poisons",
+        "recoveries",
+        "peak reserved / limit",
+    ] {
+        assert!(stdout.contains(row), "no {row} row in:\n{stdout}");
+    }
+    let zero_row = |label: &str| {
+        stdout
+            .lines()
+            .find(|line| line.starts_with(label))
+            .is_some_and(|line| line.trim_end().ends_with(" 0"))
+    };
+    assert!(zero_row("corrupted reads"), "{stdout}");
+    assert!(zero_row("lost replies"), "{stdout}");
+}
+
+#[test]
+fn bad_arguments_exit_non_zero_with_a_message() {
+    let cases: [&[&str]; 8] = [
+        &["stress", "--limit", "12XB"],
+        &["stress", "--clients", "0"],
+        &["stress", "--seconds", "-1"],
+        &["stress", "--seconds", "0"],
+        &["stress", "--faults", "1", "--trap-rate", "2"],
+        &[
+            "stress",
+            "--sizes",
+            "log-uniform",
+            "--min-size",
+            "2MiB",
+            "--max-size",
+            "1MiB",
+        ],
+        &["stress", "--device", "tpu:0"],
+        &["stress", "--device", "cuda:0", "--ops", "10"],
+    ];
+    for args in cases {
+        let output = cistern(args);
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(!stderr.trim().is_empty(), "{args:?}: no message");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
