@@ -174,4 +174,13 @@ impl ServerError {
             _ => false,
         }
     }
+
+    /// True when releasing memory (dropping handles, `reclaim`) and retrying
+    /// may succeed: the memory layer's out-of-memory family.
+    pub fn may_succeed_after_reclaim(&self) -> bool {
+        match self {
+            ServerError::Io(io) => io.may_succeed_after_reclaim(),
+            _ => false,
+        }
+    }
 }

@@ -179,6 +179,20 @@ fn only_poison_is_device_poisoned_including_poison_inside_io() {
 }
 
 #[test]
+fn only_the_out_of_memory_family_may_succeed_after_reclaim() {
+    for (error, _) in samples() {
+        let expected = matches!(
+            &error,
+            ServerError::Io(IoError::OutOfMemory { .. } | IoError::PageSizesExhausted { .. })
+        );
+        assert_eq!(error.may_succeed_after_reclaim(), expected, "{error:?}");
+    }
+    let mapping = IoError::storage_mapping_failed(64, IoError::out_of_memory(64));
+    assert!(ServerError::from(mapping).may_succeed_after_reclaim());
+    assert!(!ServerError::from(IoError::buffer_too_big(64)).may_succeed_after_reclaim());
+}
+
+#[test]
 fn a_poisoned_io_error_becomes_context_poisoned() {
     assert_eq!(
         ServerError::from(IoError::from(poison())),
