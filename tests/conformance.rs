@@ -67,6 +67,7 @@ conformance_tests! {
     exhaustion::a_buffer_larger_than_the_limit_is_buffer_too_big,
     faults::a_trap_surfaces_at_the_owners_token_and_sync,
     faults::a_refused_launch_is_latched_until_its_stream_syncs,
+    faults::a_latched_error_is_reported_by_a_sync_on_an_idle_stream,
     faults::a_batch_is_checked_before_any_of_it_runs,
     faults::the_nth_executed_launch_traps_and_poisons,
     faults::a_trap_inside_a_batch_poisons_and_no_later_launch_of_it_runs,

@@ -49,7 +49,7 @@ pub fn handling(error: &ServerError) -> Handling {
     if error.is_transient() {
         return Handling::RetryShortly;
     }
-    if matches!(error, ServerError::Io(io) if io.may_succeed_after_reclaim()) {
+    if error.may_succeed_after_reclaim() {
         return Handling::Release;
     }
     match error.code() {

@@ -66,6 +66,31 @@ pub fn a_refused_launch_is_latched_until_its_stream_syncs(device: Device) {
     assert_eq!(ok(client.download_f32(&buffer), "download"), vec![2.0; 16]);
 }
 
+pub fn a_latched_error_is_reported_by_a_sync_on_an_idle_stream(device: Device) {
+    let client = open(device);
+    let stream = client.default_stream();
+    let buffer = ok(client.reserve(64), "reserve");
+    let past_the_end = Binding {
+        size: 128,
+        ..buffer.whole()
+    };
+    ok(
+        client.launch(stream, KernelLaunch::fill(past_the_end, 1.0)),
+        "launch",
+    );
+    // Let the stream run dry, so a backend may answer the sync without a marker.
+    let fill = client.launch_tracked(stream, KernelLaunch::fill(buffer.whole(), 3.0));
+    ok(ok(fill, "launch").wait(), "fill");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let synced = client.sync(stream);
+    assert_eq!(synced.map_err(|e| e.code()), Err(ErrorCode::InvalidProgram));
+    for _ in 0..3 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        ok(client.sync(stream), "later sync");
+    }
+    assert_eq!(ok(client.download_f32(&buffer), "download"), vec![3.0; 16]);
+}
+
 pub fn a_batch_is_checked_before_any_of_it_runs(device: Device) {
     let client = open(device);
     let stream = client.default_stream();

@@ -50,6 +50,14 @@ pub trait Backend: Send + 'static {
     /// not gather (the default does nothing).
     fn flush(&mut self) {}
 
+    /// True when everything submitted to `stream` has run and been reported,
+    /// nothing is latched on it and the device has no fault: the server may
+    /// then answer a sync itself, without a marker. Reading this must never
+    /// wait. The default (`false`) always sends the marker.
+    fn stream_idle(&self, _stream: StreamId) -> bool {
+        false
+    }
+
     /// Whether this backend can run a strided copy of this layout.
     fn supports_strides(&self, layout: &StrideLayout) -> bool;
 

@@ -274,6 +274,13 @@ impl<B: Backend> ServerCore<B> {
             Command::Sync { stream, reply } => {
                 self.stats.syncs += 1;
                 match self.gate(stream) {
+                    Ok(()) if self.backend.stream_idle(stream) => {
+                        // Nothing in flight, nothing latched: answer here,
+                        // after taking the completions the stream already
+                        // sent (a fault among them refuses at the gate).
+                        self.drain_completions();
+                        answer(reply, self.gate(stream));
+                    }
                     Ok(()) => {
                         let _ = self.submit(stream, StreamWork::Sync { reply }, &[]);
                     }

@@ -44,6 +44,11 @@ impl DeviceState {
         }
     }
 
+    /// Whether a sticky fault is marked.
+    pub(super) fn is_faulted(&self) -> bool {
+        self.faulted.load(Ordering::Acquire)
+    }
+
     fn poison(&self) -> Option<DevicePoison> {
         if self.faulted.load(Ordering::Acquire) {
             self.fault.lock().clone()
@@ -130,12 +135,32 @@ impl Task {
     }
 }
 
+/// What a stream has reported, readable by the server without waiting: the
+/// last reported sequence shifted left by one, with the low bit set while an
+/// error is latched. Published after the completion it describes is sent.
+#[derive(Debug, Default)]
+pub(super) struct StreamProgress(AtomicU64);
+
+impl StreamProgress {
+    /// Whether everything up to `sequence` ran, was reported, and left no
+    /// latched error.
+    pub(super) fn is_clean_at(&self, sequence: u64) -> bool {
+        self.0.load(Ordering::Acquire) == sequence << 1
+    }
+
+    fn publish(&self, reported: u64, latched: bool) {
+        self.0
+            .store((reported << 1) | u64::from(latched), Ordering::Release);
+    }
+}
+
 /// The executor of one stream; runs on its own thread until its queue closes.
 pub(super) struct StreamExecutor {
     pub(super) stream: StreamId,
     pub(super) jobs: Receiver<Vec<Job>>,
     pub(super) device: Arc<DeviceState>,
     pub(super) completions: Sender<Completion>,
+    pub(super) progress: Arc<StreamProgress>,
     latched: Option<ServerError>,
     done: u64,
     reported: u64,
@@ -147,12 +172,14 @@ impl StreamExecutor {
         jobs: Receiver<Vec<Job>>,
         device: Arc<DeviceState>,
         completions: Sender<Completion>,
+        progress: Arc<StreamProgress>,
     ) -> Self {
         StreamExecutor {
             stream,
             jobs,
             device,
             completions,
+            progress,
             latched: None,
             done: 0,
             reported: 0,
@@ -330,15 +357,17 @@ impl StreamExecutor {
     }
 
     fn report(&mut self, fault: Option<DevicePoison>) {
-        if self.done == self.reported && fault.is_none() {
-            return;
+        if self.done != self.reported || fault.is_some() {
+            self.reported = self.done;
+            // A gone server needs no completions.
+            let _ = self.completions.send(Completion {
+                stream: self.stream,
+                sequence: self.done,
+                fault,
+            });
         }
-        self.reported = self.done;
-        // A gone server needs no completions.
-        let _ = self.completions.send(Completion {
-            stream: self.stream,
-            sequence: self.done,
-            fault,
-        });
+        // After the send, so a server that sees the stream idle also finds
+        // its completion in the channel.
+        self.progress.publish(self.reported, self.latched.is_some());
     }
 }

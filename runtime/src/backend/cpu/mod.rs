@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use cistern_memory::{HostStorage, IoError, SliceLocation, StreamId};
 
 use self::event::{CpuEvent, EventSignal};
-use self::executor::{DeviceState, Job, StreamExecutor, Task};
+use self::executor::{DeviceState, Job, StreamExecutor, StreamProgress, Task};
 use self::kernels::CpuLaunch;
 use self::memory::HostSlice;
 use super::{
@@ -35,6 +35,9 @@ pub const CPU_ALIGNMENT: u64 = 256;
 struct StreamQueue {
     jobs: Sender<Vec<Job>>,
     pending: Vec<Job>,
+    /// The sequence of the last job accepted for this stream.
+    last_sequence: u64,
+    progress: Arc<StreamProgress>,
 }
 
 /// A stream's gathered jobs are sent at the latest when this many wait, so
@@ -203,8 +206,14 @@ impl Backend for CpuBackend {
 
     fn create_stream(&mut self, stream: StreamId) -> Result<(), ServerError> {
         let (jobs, queue) = unbounded();
-        let executor =
-            StreamExecutor::new(stream, queue, self.device.clone(), self.completions.clone());
+        let progress = Arc::new(StreamProgress::default());
+        let executor = StreamExecutor::new(
+            stream,
+            queue,
+            self.device.clone(),
+            self.completions.clone(),
+            progress.clone(),
+        );
         std::thread::Builder::new()
             .name(format!("cistern-cpu{}-stream{}", self.ordinal, stream.0))
             .spawn(move || executor.run())
@@ -218,6 +227,8 @@ impl Backend for CpuBackend {
             StreamQueue {
                 jobs,
                 pending: Vec::new(),
+                last_sequence: 0,
+                progress,
             },
         );
         Ok(())
@@ -251,6 +262,7 @@ impl Backend for CpuBackend {
         let ordinal = self.ordinal;
         if let Some(queue) = self.executors.get_mut(&stream) {
             queue.pending.push(Job { sequence, task });
+            queue.last_sequence = sequence;
             if urgent {
                 self.flush();
             } else if queue.pending.len() >= FLUSH_AT {
@@ -258,6 +270,14 @@ impl Backend for CpuBackend {
             }
         }
         Ok(())
+    }
+
+    fn stream_idle(&self, stream: StreamId) -> bool {
+        self.executors.get(&stream).is_some_and(|queue| {
+            queue.pending.is_empty()
+                && queue.progress.is_clean_at(queue.last_sequence)
+                && !self.device.is_faulted()
+        })
     }
 
     fn flush(&mut self) {
