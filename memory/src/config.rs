@@ -13,7 +13,9 @@ const MIB: u64 = 1 << 20;
 pub struct MemoryConfig {
     /// Most bytes of pages the manager holds at once (the device budget).
     pub limit: u64,
-    /// Smallest page of the sliced pool.
+    /// Smallest page of the sliced pool. Requests of at least this many
+    /// bytes (and below `exclusive_threshold`) are large: they share pages
+    /// only with each other, and a page added for one is sized to it.
     pub min_page_size: u64,
     /// Largest page of the sliced pool (also capped by the limit and by the
     /// storage's largest buffer).
@@ -21,17 +23,20 @@ pub struct MemoryConfig {
     /// Most distinct sliced-pool page sizes held at once; a request needing
     /// one more is `PageSizesExhausted`.
     pub max_page_sizes: usize,
-    /// A new sliced page is at least the pool's reserved bytes divided by
-    /// this, so page sizes grow with demand (a few powers of two).
+    /// A new page for small requests is at least the bytes of small-request
+    /// pages divided by this, so page sizes grow with demand (a few powers
+    /// of two).
     pub page_growth_divisor: u64,
     /// Requests of at least this many bytes get an exclusive page of their own.
     pub exclusive_threshold: u64,
     /// A free exclusive page is reused for a request only if it wastes at
     /// most this percentage of the page.
     pub exclusive_max_waste_percent: u64,
-    /// Empty pages (of both pools) are kept for reuse while their bytes stay
-    /// under this percentage of the bytes in use; beyond it, the largest are
-    /// released before a new page is added.
+    /// Empty pages (of both pools) are kept for reuse while the pages held
+    /// stay within this percentage above the peak bytes in use (plus one
+    /// smallest page); beyond it, a page is released as it empties if an
+    /// empty page as large remains, and the largest empty pages are released
+    /// before a new page is added.
     pub idle_percent: u64,
 }
 
@@ -42,11 +47,11 @@ impl MemoryConfig {
             limit,
             min_page_size: 8 * MIB,
             max_page_size: 256 * MIB,
-            max_page_sizes: 12,
+            max_page_sizes: 32,
             page_growth_divisor: 8,
             exclusive_threshold: 256 * MIB,
             exclusive_max_waste_percent: 25,
-            idle_percent: 60,
+            idle_percent: 35,
         }
     }
 

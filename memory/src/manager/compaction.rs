@@ -87,7 +87,8 @@ impl<S: Storage> MemoryManager<S> {
             .collect();
         let mut moves = Vec::with_capacity(held.len());
         for &(source, size) in &held {
-            match self.pools.take_sliced(size) {
+            let class = self.pools.slices[source].class;
+            match self.pools.take_sliced(size, class) {
                 Some(destination) => {
                     self.pools.slices[destination].state = SliceState::Target;
                     moves.push((source, destination));

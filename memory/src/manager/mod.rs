@@ -154,19 +154,42 @@ impl<S: Storage> MemoryManager<S> {
     /// Gives a slice back to its pool.
     fn release_slice(&mut self, slice: u32) {
         let page = self.pools.slices[slice].page;
-        match self.pools.pages.get(page).map(|page| page.kind) {
+        let emptied = match self.pools.pages.get(page).map(|page| page.kind) {
             Some(PoolKind::Sliced) => self.pools.release_sliced(slice),
             Some(PoolKind::Exclusive) => self.pools.release_exclusive(slice),
-            None => debug_assert!(false, "a held slice has a page"),
+            None => {
+                debug_assert!(false, "a held slice has a page");
+                false
+            }
+        };
+        // Only with a spare, so a loop that frees and re-reserves the same
+        // memory finds a page each time instead of allocating one.
+        if emptied
+            && self.pools.totals.reserved > self.idle_budget()
+            && self.pools.has_spare_for(page)
+        {
+            self.release_page(page);
         }
     }
 
-    /// Before a page is added: releases the largest empty pages while their
-    /// bytes exceed the idle share of the bytes in use. None of them could
-    /// hold the request, or it would have been placed there.
-    fn trim_idle_pages(&mut self) {
-        let allowed = self.counters.in_use / 100 * self.config.idle_percent;
-        while self.pools.totals.empty_bytes > allowed {
+    /// The most bytes of pages held while empty pages are kept: `idle_percent`
+    /// above the peak bytes in use, plus one smallest page so that a program
+    /// using less than a page does not release and allocate it in turn.
+    /// Measured against the peak, not the bytes in use now, so a workload
+    /// whose demand falls and rises again in cycles finds its pages still
+    /// there instead of allocating them anew.
+    fn idle_budget(&self) -> u64 {
+        let base = self.counters.peak_in_use.max(self.counters.in_use);
+        base.saturating_add(base / 100 * self.config.idle_percent)
+            .saturating_add(self.config.min_page_size)
+    }
+
+    /// Before a page of `size` bytes is added: releases the largest empty
+    /// pages while the pages held would exceed the idle budget. None of them
+    /// was fit to hold the request, or it would have been placed there.
+    fn trim_idle_pages(&mut self, size: u64) {
+        let budget = self.idle_budget();
+        while self.pools.totals.reserved.saturating_add(size) > budget {
             let Some(page) = self.pools.largest_empty_page() else {
                 break;
             };

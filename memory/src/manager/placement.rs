@@ -2,7 +2,7 @@
 //! sliced pool, adding a page when the policy and the limit allow.
 
 use super::MemoryManager;
-use crate::pool::SliceState;
+use crate::pool::{SizeClass, SliceState};
 use crate::snapshot::PoolKind;
 use crate::{AllocationPolicy, IoError, Storage, StorageId, StreamId};
 
@@ -58,17 +58,42 @@ impl<S: Storage> MemoryManager<S> {
     }
 
     fn place_sliced(&mut self, padded: u64, policy: AllocationPolicy) -> Result<u32, Shortfall> {
-        if let Some(slice) = self.pools.take_sliced(padded) {
+        let class = if padded >= self.config.min_page_size {
+            SizeClass::Large
+        } else {
+            SizeClass::Small
+        };
+        if let Some(slice) = self.pools.take_sliced(padded, class) {
             return Ok(slice);
         }
-        if policy == AllocationPolicy::Forbidden {
-            return Err(Shortfall::Forbidden);
+        // An empty page that another class left, no larger than the page this
+        // request would get (or twice the request), serves without a storage
+        // allocation and without much waste.
+        let fresh = self.sliced_page_size(padded, class);
+        let largest = fresh.as_ref().map_or(0, |&size| size);
+        let adopted =
+            self.pools
+                .adopt_empty_page(padded, largest.max(padded.saturating_mul(2)), class);
+        if adopted.is_none() {
+            if policy == AllocationPolicy::Forbidden {
+                // A capture may not add pages: any free space held will do.
+                let other = match class {
+                    SizeClass::Small => SizeClass::Large,
+                    SizeClass::Large => SizeClass::Small,
+                };
+                return self
+                    .pools
+                    .take_sliced(padded, other)
+                    .ok_or(Shortfall::Forbidden);
+            }
+            let size = fresh?;
+            let storage = self.page_storage(size, policy)?;
+            self.pools.add_page(size, storage, PoolKind::Sliced, class);
+            self.note_reserved();
         }
-        let size = self.sliced_page_size(padded)?;
-        let storage = self.page_storage(size, policy)?;
-        self.pools.add_page(size, storage, PoolKind::Sliced);
-        self.note_reserved();
-        self.pools.take_sliced(padded).ok_or(Shortfall::NoRoom)
+        self.pools
+            .take_sliced(padded, class)
+            .ok_or(Shortfall::NoRoom)
     }
 
     fn place_exclusive(&mut self, padded: u64, policy: AllocationPolicy) -> Result<u32, Shortfall> {
@@ -96,20 +121,30 @@ impl<S: Storage> MemoryManager<S> {
         self.config.limit.saturating_sub(self.pools.totals.reserved)
     }
 
-    /// Exclusive pages are rounded up to a 32nd of their power of two (at
-    /// most ~3% more), so close sizes can share pages.
+    /// Exclusive pages are rounded up to a 32nd of the next power of two (at
+    /// most ~6% more), so close sizes can share pages.
     fn exclusive_page_size(&self, padded: u64) -> u64 {
-        let granule = (padded.next_power_of_two() / 32).max(self.alignment);
+        self.rounded_up(padded, 32, self.max_request)
+    }
+
+    /// `padded` rounded up to a multiple of a `parts`th of the next power of
+    /// two, if that stays within `cap`; keeps the number of distinct sizes
+    /// bounded (`parts / 2` per octave).
+    fn rounded_up(&self, padded: u64, parts: u64, cap: u64) -> u64 {
+        let granule = (padded.next_power_of_two() / parts).max(self.alignment);
         padded
             .checked_next_multiple_of(granule)
-            .filter(|&size| size <= self.max_request)
+            .filter(|&size| size <= cap)
             .unwrap_or(padded)
     }
 
-    /// The size of a new sliced page for a request of `padded` bytes: a power
-    /// of two that grows with the pool, within the limit and the bound on
-    /// distinct sizes; a held size or the request itself when tight.
-    fn sliced_page_size(&self, padded: u64) -> Result<u64, Shortfall> {
+    /// The size of a new sliced page for a request of `padded` bytes, within
+    /// the limit and the bound on distinct sizes; a held size or the request
+    /// itself when tight. Small requests get a power of two that grows with
+    /// their pages; a large one gets a page sized to it (in quarter steps
+    /// between powers of two, at most 25% more), which, once it is freed,
+    /// the next large request that fits reuses.
+    fn sliced_page_size(&self, padded: u64, class: SizeClass) -> Result<u64, Shortfall> {
         let room = self.room();
         if padded > room {
             return Err(Shortfall::NoRoom);
@@ -117,14 +152,19 @@ impl<S: Storage> MemoryManager<S> {
         let totals = &self.pools.totals;
         let is_held = |size: u64| totals.page_sizes.iter().any(|&(s, _)| s == size);
         let has_room_for_new_size = totals.page_sizes.len() < self.config.max_page_sizes;
-        let wanted = padded
-            .max(self.config.min_page_size)
-            .max(totals.sliced_reserved / self.config.page_growth_divisor);
-        let mut candidate = wanted
-            .checked_next_power_of_two()
-            .unwrap_or(u64::MAX)
-            .min(self.max_sliced_page)
-            .max(padded);
+        let mut candidate = match class {
+            SizeClass::Large => self.rounded_up(padded, 8, self.max_sliced_page),
+            SizeClass::Small => padded
+                .max(self.config.min_page_size)
+                .max(
+                    totals.class_reserved[SizeClass::Small.index()]
+                        / self.config.page_growth_divisor,
+                )
+                .checked_next_power_of_two()
+                .unwrap_or(u64::MAX)
+                .min(self.max_sliced_page)
+                .max(padded),
+        };
         let mut blocked_by_sizes = false;
         loop {
             if candidate <= room {
@@ -136,7 +176,10 @@ impl<S: Storage> MemoryManager<S> {
             if candidate == padded {
                 break;
             }
-            candidate = (candidate / 2).max(padded);
+            candidate = match class {
+                SizeClass::Large => padded,
+                SizeClass::Small => (candidate / 2).max(padded),
+            };
         }
         let held = totals
             .page_sizes
@@ -157,7 +200,7 @@ impl<S: Storage> MemoryManager<S> {
         size: u64,
         policy: AllocationPolicy,
     ) -> Result<Option<StorageId>, Shortfall> {
-        self.trim_idle_pages();
+        self.trim_idle_pages(size);
         if policy == AllocationPolicy::DryRun {
             return Ok(None);
         }

@@ -2,7 +2,7 @@
 //! that waste at most a bounded fraction of them.
 
 use super::Pools;
-use super::records::SliceState;
+use super::records::{SizeClass, SliceState};
 use crate::snapshot::PoolKind;
 
 impl Pools {
@@ -27,17 +27,19 @@ impl Pools {
         size: u64,
         storage: Option<crate::StorageId>,
     ) -> u32 {
-        let (_, slice) = self.add_page(size, storage, PoolKind::Exclusive);
+        let (_, slice) = self.add_page(size, storage, PoolKind::Exclusive, SizeClass::Large);
         self.set_held(slice, SliceState::Allocated);
         slice
     }
 
-    /// Frees an exclusive page's slice: the page waits for reuse.
-    pub(crate) fn release_exclusive(&mut self, slice: u32) {
-        self.set_held(slice, SliceState::Free);
+    /// Frees an exclusive page's slice: the page waits for reuse. Returns
+    /// whether the page now holds nothing (always, as it holds one slice).
+    pub(crate) fn release_exclusive(&mut self, slice: u32) -> bool {
+        let emptied = self.set_held(slice, SliceState::Free);
         let page = self.slices[slice].page;
         let size = self.slices[slice].size;
         self.exclusive_free.insert((size, page));
         self.totals.exclusive_free_bytes += size;
+        emptied
     }
 }

@@ -8,7 +8,7 @@ mod pages;
 mod records;
 mod sliced;
 
-pub(crate) use records::SliceState;
+pub(crate) use records::{SizeClass, SliceState};
 
 use std::collections::BTreeSet;
 
@@ -20,11 +20,13 @@ use records::{PageArena, SliceArena};
 pub(crate) struct Pools {
     pub(crate) slices: SliceArena,
     pub(crate) pages: PageArena,
-    index: FreeIndex,
-    /// Free exclusive pages by (size, page key): best fit in O(log n).
+    /// Free slices of sliced pages, one index per size class.
+    index: [FreeIndex; 2],
+    /// Free exclusive pages (the empty ones) by (size, page key): best fit
+    /// in O(log n).
     exclusive_free: BTreeSet<(u64, u32)>,
-    /// Pages of either pool that hold nothing, by (size, page key).
-    empty: BTreeSet<(u64, u32)>,
+    /// Sliced pages that hold nothing, per size class, by (size, page key).
+    empty_sliced: [BTreeSet<(u64, u32)>; 2],
     pub(crate) totals: Totals,
 }
 
@@ -33,7 +35,8 @@ pub(crate) struct Pools {
 pub(crate) struct Totals {
     pub(crate) reserved: u64,
     pub(crate) unbacked: u64,
-    pub(crate) sliced_reserved: u64,
+    /// Bytes of sliced pages per size class.
+    pub(crate) class_reserved: [u64; 2],
     pub(crate) sliced_pages: u64,
     pub(crate) exclusive_pages: u64,
     pub(crate) exclusive_free_bytes: u64,
@@ -48,9 +51,9 @@ impl Pools {
         Pools {
             slices: SliceArena::default(),
             pages: PageArena::default(),
-            index: FreeIndex::new(alignment),
+            index: [FreeIndex::new(alignment), FreeIndex::new(alignment)],
             exclusive_free: BTreeSet::new(),
-            empty: BTreeSet::new(),
+            empty_sliced: [BTreeSet::new(), BTreeSet::new()],
             totals: Totals::default(),
         }
     }

@@ -1,19 +1,20 @@
 //! Adding and removing pages, and walking them.
 
-use super::records::{NIL, Page, Slice, SliceState};
+use super::records::{NIL, Page, SizeClass, Slice, SliceState};
 use super::{Pools, Totals};
 use crate::StorageId;
 use crate::snapshot::PoolKind;
 
 impl Pools {
     /// Adds a page whose one slice spans it, free. A sliced page's slice goes
-    /// into the free index; an exclusive page's is handed back to the caller
-    /// to take. Returns (page, slice).
+    /// into its class's free index; an exclusive page's is handed back to the
+    /// caller to take. Returns (page, slice).
     pub(crate) fn add_page(
         &mut self,
         size: u64,
         storage: Option<StorageId>,
         kind: PoolKind,
+        class: SizeClass,
     ) -> (u32, u32) {
         let page = self.pages.insert(Page {
             size,
@@ -22,6 +23,7 @@ impl Pools {
             first: NIL,
             held_slices: 0,
             held_bytes: 0,
+            class,
         });
         let slice = self.slices.insert(Slice {
             offset: 0,
@@ -32,11 +34,11 @@ impl Pools {
             link_prev: NIL,
             link_next: NIL,
             state: SliceState::Free,
+            class,
         });
         if let Some(record) = self.pages.get_mut(page) {
             record.first = slice;
         }
-        self.empty.insert((size, page));
         let totals = &mut self.totals;
         totals.empty_bytes += size;
         totals.reserved += size;
@@ -45,13 +47,14 @@ impl Pools {
         }
         match kind {
             PoolKind::Sliced => {
-                totals.sliced_reserved += size;
+                totals.class_reserved[class.index()] += size;
                 totals.sliced_pages += 1;
                 match totals.page_sizes.iter_mut().find(|(s, _)| *s == size) {
                     Some((_, count)) => *count += 1,
                     None => totals.page_sizes.push((size, 1)),
                 }
-                self.index.insert(&mut self.slices, slice);
+                self.empty_sliced[class.index()].insert((size, page));
+                self.index[class.index()].insert(&mut self.slices, slice);
             }
             PoolKind::Exclusive => totals.exclusive_pages += 1,
         }
@@ -76,7 +79,10 @@ impl Pools {
             "an empty page is one slice"
         );
         match record.kind {
-            PoolKind::Sliced => self.index.remove(&mut self.slices, slice),
+            PoolKind::Sliced => {
+                self.index[record.class.index()].remove(&mut self.slices, slice);
+                self.empty_sliced[record.class.index()].remove(&(record.size, page));
+            }
             PoolKind::Exclusive => {
                 if self.exclusive_free.remove(&(record.size, page)) {
                     self.totals.exclusive_free_bytes -= record.size;
@@ -85,9 +91,7 @@ impl Pools {
         }
         self.slices.remove(slice);
         self.pages.remove(page);
-        if self.empty.remove(&(record.size, page)) {
-            self.totals.empty_bytes -= record.size;
-        }
+        self.totals.empty_bytes -= record.size;
         self.forget_page(&record);
         Some(record)
     }
@@ -100,7 +104,7 @@ impl Pools {
         }
         match record.kind {
             PoolKind::Sliced => {
-                totals.sliced_reserved -= record.size;
+                totals.class_reserved[record.class.index()] -= record.size;
                 totals.sliced_pages -= 1;
                 if let Some(at) = totals
                     .page_sizes
@@ -129,12 +133,66 @@ impl Pools {
 
     /// Keys of the pages that hold nothing.
     pub(crate) fn empty_pages(&self) -> Vec<u32> {
-        self.empty.iter().map(|&(_, page)| page).collect()
+        self.empty_sliced
+            .iter()
+            .flatten()
+            .chain(&self.exclusive_free)
+            .map(|&(_, page)| page)
+            .collect()
+    }
+
+    /// Takes the smallest empty sliced page of `min_size..=max_size` bytes for
+    /// `class` (moving its one free slice to that class's index), so a class
+    /// that needs a page reuses one another class emptied.
+    pub(crate) fn adopt_empty_page(
+        &mut self,
+        min_size: u64,
+        max_size: u64,
+        class: SizeClass,
+    ) -> Option<u32> {
+        let range = (min_size, 0)..=(max_size, u32::MAX);
+        let &(size, page) = self
+            .empty_sliced
+            .iter()
+            .filter_map(|empty| empty.range(range.clone()).next())
+            .min()?;
+        let record = self.pages.get_mut(page)?;
+        let (old, slice) = (record.class, record.first);
+        if old != class {
+            record.class = class;
+            self.empty_sliced[old.index()].remove(&(size, page));
+            self.empty_sliced[class.index()].insert((size, page));
+            self.index[old.index()].remove(&mut self.slices, slice);
+            self.slices[slice].class = class;
+            self.index[class.index()].insert(&mut self.slices, slice);
+            let totals = &mut self.totals;
+            totals.class_reserved[old.index()] -= size;
+            totals.class_reserved[class.index()] += size;
+        }
+        Some(page)
+    }
+
+    /// Whether another empty page could serve every request that the empty
+    /// `page` could: one of its pool and class, at least as large.
+    pub(crate) fn has_spare_for(&self, page: u32) -> bool {
+        let Some(record) = self.pages.get(page) else {
+            return false;
+        };
+        let empty = match record.kind {
+            PoolKind::Sliced => &self.empty_sliced[record.class.index()],
+            PoolKind::Exclusive => &self.exclusive_free,
+        };
+        empty
+            .range((record.size, 0)..)
+            .take(2)
+            .any(|&(_, other)| other != page)
     }
 
     /// The largest page that holds nothing, if any.
     pub(crate) fn largest_empty_page(&self) -> Option<u32> {
-        self.empty.iter().next_back().map(|&(_, page)| page)
+        let [small, large] = &self.empty_sliced;
+        let largest = [small.last(), large.last(), self.exclusive_free.last()];
+        largest.into_iter().flatten().max().map(|&(_, page)| page)
     }
 
     /// The slices of a page in address order.
@@ -151,23 +209,28 @@ impl Pools {
         let pages: Vec<Page> = self.pages.iter().map(|(_, page)| *page).collect();
         self.pages.clear();
         self.slices.clear();
-        self.index.clear();
+        for index in &mut self.index {
+            index.clear();
+        }
         self.exclusive_free.clear();
-        self.empty.clear();
+        for empty in &mut self.empty_sliced {
+            empty.clear();
+        }
         self.totals = Totals::default();
         pages
     }
 
     /// Marks a free or targeted slice held by an allocation, and the reverse,
-    /// keeping the page's counts in step.
-    pub(crate) fn set_held(&mut self, slice: u32, state: SliceState) {
+    /// keeping the page's counts in step. Returns whether the page now holds
+    /// nothing.
+    pub(crate) fn set_held(&mut self, slice: u32, state: SliceState) -> bool {
         let was_held = self.slices[slice].state != SliceState::Free;
         let is_held = state != SliceState::Free;
         self.slices[slice].state = state;
         let size = self.slices[slice].size;
         let key = self.slices[slice].page;
         let Some(page) = self.pages.get_mut(key) else {
-            return;
+            return false;
         };
         match (was_held, is_held) {
             (false, true) => {
@@ -175,7 +238,9 @@ impl Pools {
                 page.held_bytes += size;
                 if page.held_slices == 1 {
                     let page_size = page.size;
-                    self.empty.remove(&(page_size, key));
+                    if page.kind == PoolKind::Sliced {
+                        self.empty_sliced[page.class.index()].remove(&(page_size, key));
+                    }
                     self.totals.empty_bytes -= page_size;
                 }
             }
@@ -184,12 +249,15 @@ impl Pools {
                 page.held_bytes -= size;
                 if page.held_slices == 0 {
                     let page_size = page.size;
-                    self.empty.insert((page_size, key));
+                    if page.kind == PoolKind::Sliced {
+                        self.empty_sliced[page.class.index()].insert((page_size, key));
+                    }
                     self.totals.empty_bytes += page_size;
                 }
             }
             _ => {}
         }
+        page.held_slices == 0
     }
 }
 

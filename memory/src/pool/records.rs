@@ -17,6 +17,24 @@ pub(crate) enum SliceState {
     Target,
 }
 
+/// Which requests a sliced page serves. Small and large requests never share
+/// a page, so long-lived small slices do not pin the space large ones free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SizeClass {
+    Small,
+    Large,
+}
+
+impl SizeClass {
+    /// The position of the class's free index.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            SizeClass::Small => 0,
+            SizeClass::Large => 1,
+        }
+    }
+}
+
 /// A slice of a page, linked to its address neighbours (boundary tags) and,
 /// while free, to the other free slices of its size class.
 #[derive(Clone, Copy, Debug)]
@@ -29,6 +47,8 @@ pub(crate) struct Slice {
     pub(crate) link_prev: u32,
     pub(crate) link_next: u32,
     pub(crate) state: SliceState,
+    /// Its page's class, kept here so the hot path reads one record.
+    pub(crate) class: SizeClass,
 }
 
 #[derive(Default)]
@@ -86,6 +106,8 @@ pub(crate) struct Page {
     /// Slices that are not free (allocated, pending or compaction targets).
     pub(crate) held_slices: u32,
     pub(crate) held_bytes: u64,
+    /// The requests its slices serve (sliced pages; exclusive pages say large).
+    pub(crate) class: SizeClass,
 }
 
 #[derive(Default)]

@@ -2,14 +2,14 @@
 //! free neighbours at once on release.
 
 use super::Pools;
-use super::records::{NIL, Slice, SliceState};
+use super::records::{NIL, SizeClass, Slice, SliceState};
 
 impl Pools {
     /// Takes a free slice of exactly `size` bytes (a multiple of the
-    /// alignment) from the sliced pool, splitting a larger one; `None` if no
-    /// free slice is large enough.
-    pub(crate) fn take_sliced(&mut self, size: u64) -> Option<u32> {
-        let key = self.index.find(&self.slices, size)?;
+    /// alignment) from the pages of `class`, splitting a larger one; `None`
+    /// if no free slice there is large enough.
+    pub(crate) fn take_sliced(&mut self, size: u64, class: SizeClass) -> Option<u32> {
+        let key = self.index[class.index()].find(&self.slices, size)?;
         self.take_free_slice(key, size);
         Some(key)
     }
@@ -17,8 +17,9 @@ impl Pools {
     /// Takes the free slice `key` (in the index) for `size` of its bytes,
     /// returning the rest to the index.
     pub(crate) fn take_free_slice(&mut self, key: u32, size: u64) {
-        self.index.remove(&mut self.slices, key);
         let slice = self.slices[key];
+        let index = &mut self.index[slice.class.index()];
+        index.remove(&mut self.slices, key);
         debug_assert!(slice.size >= size && slice.state == SliceState::Free);
         if slice.size > size {
             let rest = self.slices.insert(Slice {
@@ -30,23 +31,26 @@ impl Pools {
                 link_prev: NIL,
                 link_next: NIL,
                 state: SliceState::Free,
+                class: slice.class,
             });
             if slice.next != NIL {
                 self.slices[slice.next].prev = rest;
             }
             self.slices[key].next = rest;
             self.slices[key].size = size;
-            self.index.insert(&mut self.slices, rest);
+            index.insert(&mut self.slices, rest);
         }
         self.set_held(key, SliceState::Allocated);
     }
 
     /// Frees a held slice of a sliced page, merging it with free neighbours.
-    pub(crate) fn release_sliced(&mut self, key: u32) {
-        self.set_held(key, SliceState::Free);
+    /// Returns whether the page now holds nothing.
+    pub(crate) fn release_sliced(&mut self, key: u32) -> bool {
+        let emptied = self.set_held(key, SliceState::Free);
+        let index = &mut self.index[self.slices[key].class.index()];
         let next = self.slices[key].next;
         if next != NIL && self.slices[next].state == SliceState::Free {
-            self.index.remove(&mut self.slices, next);
+            index.remove(&mut self.slices, next);
             let absorbed = self.slices[next];
             self.slices[key].size += absorbed.size;
             self.slices[key].next = absorbed.next;
@@ -58,7 +62,7 @@ impl Pools {
         let prev = self.slices[key].prev;
         let mut key = key;
         if prev != NIL && self.slices[prev].state == SliceState::Free {
-            self.index.remove(&mut self.slices, prev);
+            index.remove(&mut self.slices, prev);
             let absorbed = self.slices[key];
             self.slices[prev].size += absorbed.size;
             self.slices[prev].next = absorbed.next;
@@ -68,7 +72,8 @@ impl Pools {
             self.slices.remove(key);
             key = prev;
         }
-        self.index.insert(&mut self.slices, key);
+        index.insert(&mut self.slices, key);
+        emptied
     }
 
     /// Takes the free slices of `pages` out of the index (a compaction must
@@ -82,7 +87,8 @@ impl Pools {
                 .map(|(key, _)| key)
                 .collect();
             for key in free {
-                self.index.remove(&mut self.slices, key);
+                let class = self.slices[key].class;
+                self.index[class.index()].remove(&mut self.slices, key);
                 withheld.push(key);
             }
         }
@@ -92,7 +98,8 @@ impl Pools {
     /// Puts slices taken out by `withhold_free` back into the index.
     pub(crate) fn restore_free(&mut self, withheld: Vec<u32>) {
         for key in withheld {
-            self.index.insert(&mut self.slices, key);
+            let class = self.slices[key].class;
+            self.index[class.index()].insert(&mut self.slices, key);
         }
     }
 }
