@@ -2,6 +2,8 @@
 //! API against every device present. Every backend must pass it unchanged.
 
 mod conformance {
+    pub mod capture;
+    pub mod capture_faults;
     pub mod common;
     pub mod death;
     pub mod exhaustion;
@@ -86,6 +88,17 @@ conformance_tests! {
     memory::reclaim_releases_empty_pages_and_memory_stays_usable,
     death::a_server_panic_fails_calls_in_flight_and_every_later_call,
     death::a_shut_down_server_answers_server_gone,
+    capture::a_replayed_graph_matches_the_launches_run_directly,
+    capture::a_graph_keeps_its_memory_until_its_last_handle_drops,
+    capture::compaction_never_moves_what_a_graph_holds,
+    capture::a_capture_excludes_other_threads_until_it_ends,
+    capture::a_capture_begins_only_on_an_active_device_and_never_nests,
+    capture::a_dropped_guard_discards_the_capture_and_leaves_the_device_active,
+    capture::a_sync_read_or_write_through_the_token_is_refused_untouched,
+    capture::a_reservation_beyond_the_warmed_pools_is_page_update_forbidden,
+    capture_faults::a_trap_during_replay_poisons_the_device,
+    capture_faults::a_graph_from_before_an_invalidate_is_refused_as_stale,
+    capture_faults::a_fault_while_capturing_discards_the_capture,
 }
 
 #[test]

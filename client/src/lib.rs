@@ -12,7 +12,9 @@ mod shape;
 
 pub use cistern_memory::ErrorCode;
 pub use codec::CodecError;
-pub use compute::{Buffer, ComputeClient, Event, OptimizerState};
+pub use compute::{
+    Buffer, CaptureGuard, CaptureToken, ComputeClient, Event, Graph, OptimizerState,
+};
 pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;

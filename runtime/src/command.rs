@@ -4,13 +4,15 @@
 //! A command that answers carries its own [`Reply`]. Most are answered by
 //! the server at once; `Read` and `Sync` are answered by the stream's
 //! executor when the stream reaches them, so the server never waits.
-//! `Launch`, `LaunchBatch`, `Free` and `ReleaseEvent` do not answer: a
-//! launch's failure reaches its [`FailureToken`] and stays latched on its
-//! stream until a `Sync` there reads it.
+//! `Launch`, `LaunchBatch`, `Replay`, `Free`, `ReleaseEvent`, `AbortCapture`
+//! and `ReleaseGraph` do not answer: a launch's failure reaches its
+//! [`FailureToken`] and stays latched on its stream until a `Sync` there
+//! reads it.
 
 use cistern_memory::{AllocationId, AllocationPolicy, MemorySnapshot, MemoryStats, StreamId};
 use serde::{Deserialize, Serialize};
 
+use crate::graph::{CaptureId, GraphInfo, GraphRef};
 use crate::sync::Reply;
 use crate::{ContextState, FailureToken, KernelLaunch, OptimizerStep};
 
@@ -97,6 +99,8 @@ pub struct ServerStats {
     pub kernels_run: u64,
     /// Runs of the `Empty` kernel the device counted.
     pub empty_kernel_runs: u64,
+    /// `Replay` commands handled (accepted or refused).
+    pub replays: u64,
 }
 
 /// What a `Compact` did.
@@ -283,6 +287,62 @@ pub enum Command {
         /// Answered before the server stops, if given.
         reply: Option<Reply<()>>,
     },
+    /// `Active → Capturing`: later launches through the answered capture
+    /// are recorded for `stream`, not run; every other entry point answers
+    /// `CaptureInProgress` until the capture ends.
+    BeginCapture {
+        /// The recording stream (its reservations use `Forbidden`).
+        stream: StreamId,
+        /// The capture's id.
+        reply: Reply<CaptureId>,
+    },
+    /// Reserve `size` bytes on the recording stream under `Forbidden`; the
+    /// graph owns the allocation (its free waits for the graph's release).
+    CaptureReserve {
+        /// The capture.
+        capture: CaptureId,
+        /// Bytes.
+        size: u64,
+        /// The answer.
+        reply: Reply<Reservation>,
+    },
+    /// Record kernel calls: all are checked before any is recorded; nothing runs.
+    CaptureLaunch {
+        /// The capture.
+        capture: CaptureId,
+        /// The kernel calls, in order.
+        launches: Vec<KernelLaunch>,
+        /// The answer, once recorded.
+        reply: Reply<()>,
+    },
+    /// `Capturing → Active`: the recorded launches become a graph.
+    EndCapture {
+        /// The capture.
+        capture: CaptureId,
+        /// The graph.
+        reply: Reply<GraphInfo>,
+    },
+    /// `Capturing → Active`, discarding what was recorded (a dropped
+    /// capture guard); no answer.
+    AbortCapture {
+        /// The capture.
+        capture: CaptureId,
+    },
+    /// Run a graph's launches in order on `stream`, as one batch; no answer.
+    Replay {
+        /// The stream.
+        stream: StreamId,
+        /// The graph.
+        graph: GraphRef,
+        /// Settled when all ran or one failed.
+        token: Option<FailureToken>,
+    },
+    /// The last handle to a graph was dropped: its allocations are released
+    /// to their owners (deferred frees happen now); no answer.
+    ReleaseGraph {
+        /// The graph.
+        graph: GraphRef,
+    },
 }
 
 impl Command {
@@ -312,6 +372,13 @@ impl Command {
             Command::Invalidate { .. } => "invalidate",
             Command::ContextState { .. } => "context_state",
             Command::Shutdown { .. } => "shutdown",
+            Command::BeginCapture { .. } => "begin_capture",
+            Command::CaptureReserve { .. } => "capture_reserve",
+            Command::CaptureLaunch { .. } => "capture_launch",
+            Command::EndCapture { .. } => "end_capture",
+            Command::AbortCapture { .. } => "abort_capture",
+            Command::Replay { .. } => "replay",
+            Command::ReleaseGraph { .. } => "release_graph",
         }
     }
 
@@ -329,7 +396,9 @@ impl Command {
             | Command::DestroyStream { stream, .. }
             | Command::RecordEvent { stream, .. }
             | Command::WaitEvent { stream, .. }
-            | Command::Sync { stream, .. } => Some(*stream),
+            | Command::Sync { stream, .. }
+            | Command::BeginCapture { stream, .. }
+            | Command::Replay { stream, .. } => Some(*stream),
             _ => None,
         }
     }

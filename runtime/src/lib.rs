@@ -10,6 +10,7 @@ mod device;
 mod error;
 mod failure;
 mod fault;
+mod graph;
 mod ids;
 mod kernel;
 mod optimizer;
@@ -29,6 +30,7 @@ pub use device::{Device, DeviceInfo, DeviceOptions, host_memory_bytes, list_devi
 pub use error::ServerError;
 pub use failure::{FailureToken, PendingToken};
 pub use fault::{FaultPlan, ProbeFault, TrapRate};
+pub use graph::{CaptureId, GraphInfo, GraphRef};
 pub use kernel::{Access, Binding, Kernel, KernelArgs, KernelLaunch};
 pub use optimizer::{OptimizerArgs, OptimizerStep, SegmentTable, optimizer_error};
 pub use server::DEFAULT_DRAIN_TIMEOUT;

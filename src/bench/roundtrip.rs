@@ -6,21 +6,28 @@
 //! without the server), the blocking round trip of a sync on an idle stream (client →
 //! server → the stream's executor → client), a command the server answers
 //! itself (a diagnostic: two hops), and the rate of asynchronous
-//! empty-kernel launches followed by one sync. The
-//! run fails unless the server served exactly the commands sent and the
-//! device ran exactly the empty kernels launched.
+//! empty-kernel launches followed by one sync, and a captured graph of 64
+//! empty-kernel launches replayed against the same launches sent one by
+//! one (issue 6). The run fails unless the server served exactly the
+//! commands sent and the device ran exactly the empty kernels launched.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use cistern_client::ComputeClient;
 use cistern_runtime::sync::{PATIENCE, recv_patiently, unbounded};
-use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
+use cistern_runtime::{Device, DeviceOptions, KernelLaunch, StreamId};
 
 const WARMUP: usize = 10_000;
 const ROUND_TRIPS: usize = 200_000;
 const ONE_WAY_MESSAGES: usize = 2_000_000;
 const SUBMITS: usize = 1_000_000;
+/// Launches in the replayed graph.
+const GRAPH_LAUNCHES: usize = 64;
+/// Replays (and as many rounds of direct launches) per trial.
+const REPLAY_ROUNDS: usize = 4_000;
+/// Trials of each, alternated; the fastest of each is reported.
+const REPLAY_TRIALS: usize = 3;
 
 /// Runs the benchmark and prints its JSON lines.
 pub fn run() -> Result<(), String> {
@@ -113,7 +120,73 @@ pub fn run() -> Result<(), String> {
         "commands_served": stats.commands,
         "empty_kernel_runs": stats.empty_kernel_runs,
     }));
+
+    replay(&client, stream)
+}
+
+/// A graph of `GRAPH_LAUNCHES` empty kernels replayed, against the same
+/// launches sent one by one; both synced at the end of each trial, and
+/// both checked against the device's count of empty-kernel runs.
+fn replay(client: &ComputeClient, stream: StreamId) -> Result<(), String> {
+    let (token, guard) = client
+        .begin_capture(stream)
+        .map_err(error("begin_capture"))?;
+    token
+        .launch_batch(vec![KernelLaunch::empty(); GRAPH_LAUNCHES])
+        .map_err(error("record"))?;
+    let graph = client.end_capture(guard).map_err(error("end_capture"))?;
+    let launches = (REPLAY_ROUNDS * GRAPH_LAUNCHES) as u64;
+    let runs = || {
+        client
+            .server_stats()
+            .map(|stats| stats.empty_kernel_runs)
+            .map_err(error("server_stats"))
+    };
+    let timed = |work: &dyn Fn() -> Result<(), String>| -> Result<f64, String> {
+        let before = runs()?;
+        let start = Instant::now();
+        work()?;
+        client.sync(stream).map_err(error("sync"))?;
+        let elapsed = nanos(start.elapsed());
+        let ran = runs()? - before;
+        if ran != launches {
+            return Err(format!(
+                "the device ran the empty kernel {ran} times; {launches} were launched"
+            ));
+        }
+        Ok(elapsed as f64 / launches as f64)
+    };
+    let direct = || -> Result<(), String> {
+        for _ in 0..REPLAY_ROUNDS * GRAPH_LAUNCHES {
+            client
+                .launch(stream, KernelLaunch::empty())
+                .map_err(error("launch"))?;
+        }
+        Ok(())
+    };
+    let replayed = || -> Result<(), String> {
+        for _ in 0..REPLAY_ROUNDS {
+            client.replay(stream, &graph).map_err(error("replay"))?;
+        }
+        Ok(())
+    };
+    let (mut best_direct, mut best_replay) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..REPLAY_TRIALS {
+        best_direct = best_direct.min(timed(&direct)?);
+        best_replay = best_replay.min(timed(&replayed)?);
+    }
+    print_line(serde_json::json!({
+        "bench": "replay",
+        "launches": GRAPH_LAUNCHES,
+        "ns_per_launch": round2(best_replay),
+        "direct_ns_per_launch": round2(best_direct),
+        "vs_direct": round2(best_replay / best_direct),
+    }));
     Ok(())
+}
+
+fn round2(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
 }
 
 /// Latency of a message there and back between two threads.

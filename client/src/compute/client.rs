@@ -314,6 +314,11 @@ impl ComputeClient {
         self.shared.server.shutdown()
     }
 
+    /// What every clone shares, for handles made by the client's other modules.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// The server handle, for commands sent by the client's other modules.
     pub(crate) fn server(&self) -> &ServerHandle {
         &self.shared.server
@@ -327,7 +332,7 @@ impl ComputeClient {
         }
     }
 
-    fn mismatch(&self, what: &str) -> ServerError {
+    pub(crate) fn mismatch(&self, what: &str) -> ServerError {
         ServerError::DeviceMismatch {
             expected: format!("{} (server {})", self.device(), self.shared.server.id().0),
             found: format!("{what} of another server"),

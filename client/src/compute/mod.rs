@@ -1,12 +1,14 @@
 //! `ComputeClient` and its handles: the program's side of a device server.
 
 mod buffer;
+mod capture;
 mod client;
 mod event;
 mod optimizer;
 mod recovery;
 
 pub use buffer::Buffer;
+pub use capture::{CaptureGuard, CaptureToken, Graph};
 pub use client::ComputeClient;
 pub use event::Event;
 pub use optimizer::OptimizerState;

@@ -4,10 +4,12 @@
 //! The arrows (see `docs/state-machine.md`): `Active → Poisoned` on a sticky
 //! fault; `Poisoned → Retiring` on `invalidate(seen)` with the poisoned
 //! generation; `Retiring → Active(generation + 1)` when the drain, the sync
-//! and the probe pass; `Retiring → Unrecoverable` when any of them fails.
-//! Issue 6 adds `Capturing`; the gate stays the one place that refuses work.
+//! and the probe pass; `Retiring → Unrecoverable` when any of them fails;
+//! `Active → Capturing` on `BeginCapture`, `Capturing → Active` when the
+//! capture ends or is discarded, `Capturing → Poisoned` on a sticky fault of
+//! work queued before it. The gate stays the one place that refuses work.
 
-use cistern_memory::DevicePoison;
+use cistern_memory::{DevicePoison, StreamId};
 use serde::{Deserialize, Serialize};
 
 use crate::ServerError;
@@ -44,6 +46,14 @@ pub enum ContextState {
         /// Why the drain, the sync or the probe failed.
         probe_error: String,
     },
+    /// One capture is recording launches on `stream`: every other entry
+    /// point is refused with the transient `CaptureInProgress`.
+    Capturing {
+        /// The context generation; the graph will belong to it.
+        generation: u64,
+        /// The recording stream.
+        stream: StreamId,
+    },
 }
 
 impl ContextState {
@@ -53,7 +63,8 @@ impl ContextState {
             ContextState::Active { generation }
             | ContextState::Poisoned { generation, .. }
             | ContextState::Retiring { generation }
-            | ContextState::Unrecoverable { generation, .. } => *generation,
+            | ContextState::Unrecoverable { generation, .. }
+            | ContextState::Capturing { generation, .. } => *generation,
         }
     }
 
@@ -65,6 +76,11 @@ impl ContextState {
     /// Whether a sticky fault poisoned the context (and no invalidate has begun).
     pub fn is_poisoned(&self) -> bool {
         matches!(self, ContextState::Poisoned { .. })
+    }
+
+    /// Whether a graph capture is recording.
+    pub fn is_capturing(&self) -> bool {
+        matches!(self, ContextState::Capturing { .. })
     }
 
     /// Whether recovery failed for good.
@@ -79,6 +95,7 @@ impl ContextState {
             ContextState::Poisoned { .. } => "poisoned",
             ContextState::Retiring { .. } => "retiring",
             ContextState::Unrecoverable { .. } => "unrecoverable",
+            ContextState::Capturing { .. } => "capturing",
         }
     }
 
@@ -96,6 +113,7 @@ impl ContextState {
                     probe_error: probe_error.clone(),
                 })
             }
+            ContextState::Capturing { .. } => Err(ServerError::CaptureInProgress { ordinal }),
         }
     }
 }
@@ -132,12 +150,34 @@ impl Context {
         self.state.generation()
     }
 
-    /// `Active → Poisoned`. Only an active context is poisoned: the first
-    /// fault wins, and a fault met while retiring (the old generation's
-    /// work, or the probe's) is the recovery's business.
+    /// `Active → Poisoned` (or `Capturing → Poisoned`, which discards the
+    /// capture). Only a working context is poisoned: the first fault wins,
+    /// and a fault met while retiring (the old generation's work, or the
+    /// probe's) is the recovery's business.
     pub(crate) fn poison(&mut self, poison: DevicePoison) {
-        if let ContextState::Active { generation } = self.state {
+        if let ContextState::Active { generation } | ContextState::Capturing { generation, .. } =
+            self.state
+        {
             self.change(ContextState::Poisoned { generation, poison });
+        }
+    }
+
+    /// `Active → Capturing` on `stream`; false (and no change) in any other state.
+    pub(crate) fn begin_capture(&mut self, stream: StreamId) -> bool {
+        match self.state {
+            ContextState::Active { generation } => {
+                self.change(ContextState::Capturing { generation, stream });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `Capturing → Active`; no change in any other state (a capture a
+    /// fault discarded leaves the context poisoned).
+    pub(crate) fn end_capture(&mut self) {
+        if let ContextState::Capturing { generation, .. } = self.state {
+            self.change(ContextState::Active { generation });
         }
     }
 
@@ -179,7 +219,9 @@ impl Context {
         let old = std::mem::replace(&mut self.state, new);
         let new = &self.state;
         match new {
-            ContextState::Active { .. } | ContextState::Retiring { .. } => tracing::info!(
+            ContextState::Active { .. }
+            | ContextState::Retiring { .. }
+            | ContextState::Capturing { .. } => tracing::info!(
                 device = self.ordinal,
                 old = old.name(),
                 new = new.name(),
@@ -275,6 +317,25 @@ mod tests {
     }
 
     #[test]
+    fn a_capture_begins_only_when_active_and_a_fault_ends_it_poisoned() {
+        let mut context = Context::new(1);
+        assert!(context.begin_capture(StreamId(0)));
+        assert!(!context.begin_capture(StreamId(0)));
+        assert_eq!(
+            context.admit(),
+            Err(ServerError::CaptureInProgress { ordinal: 1 })
+        );
+        context.end_capture();
+        assert_eq!(context.state(), &ContextState::Active { generation: 0 });
+        assert!(context.begin_capture(StreamId(2)));
+        context.poison(fault("trap"));
+        assert!(context.state().is_poisoned());
+        context.end_capture();
+        assert!(context.state().is_poisoned());
+        assert!(!context.begin_capture(StreamId(2)));
+    }
+
+    #[test]
     fn states_round_trip_through_serde() {
         let states = [
             ContextState::Active { generation: 2 },
@@ -286,6 +347,10 @@ mod tests {
             ContextState::Unrecoverable {
                 generation: 2,
                 probe_error: "probe mismatch".into(),
+            },
+            ContextState::Capturing {
+                generation: 2,
+                stream: StreamId(3),
             },
         ];
         for state in states {

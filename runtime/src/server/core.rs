@@ -10,6 +10,7 @@
 use cistern_memory::{AllocationId, MemoryConfig, MemoryManager, SliceLocation, StreamId};
 
 use super::context::{Context, ContextState};
+use super::graphs::Graphs;
 use super::invalidate::Recovery;
 use super::validate::check_region;
 use crate::backend::{Backend, Completion, Refused, StreamWork};
@@ -47,6 +48,8 @@ pub struct ServerCore<B: Backend> {
     pub(super) recovery: Recovery,
     /// Commands handled since the backend was last flushed.
     pub(super) unflushed: u32,
+    /// The captured graphs and the capture in progress.
+    pub(super) graphs: Graphs,
 }
 
 /// The core flushes the backend at least this often, so work waited on
@@ -81,6 +84,7 @@ impl<B: Backend> ServerCore<B> {
             faults: FaultInjector::new(faults),
             recovery: Recovery::default(),
             unflushed: 0,
+            graphs: Graphs::default(),
         })
     }
 
@@ -178,7 +182,9 @@ impl<B: Backend> ServerCore<B> {
             }
             Command::Free { buffer } => {
                 self.stats.frees += 1;
-                self.free(buffer);
+                if !self.defer_free(buffer) {
+                    self.free(buffer);
+                }
             }
             Command::Write {
                 stream,
@@ -303,6 +309,40 @@ impl<B: Backend> ServerCore<B> {
                 reply,
             } => self.invalidate(seen_generation, reply),
             Command::ContextState { reply } => answer(reply, Ok(self.context.state().clone())),
+            Command::BeginCapture { stream, reply } => {
+                let result = self.begin_capture(stream);
+                answer(reply, result);
+            }
+            Command::CaptureReserve {
+                capture,
+                size,
+                reply,
+            } => {
+                let result = self.capture_reserve(capture, size);
+                answer(reply, result);
+            }
+            Command::CaptureLaunch {
+                capture,
+                launches,
+                reply,
+            } => {
+                let result = self.capture_launch(capture, &launches);
+                answer(reply, result);
+            }
+            Command::EndCapture { capture, reply } => {
+                let result = self.end_capture(capture);
+                answer(reply, result);
+            }
+            Command::AbortCapture { capture } => self.abort_capture(capture),
+            Command::Replay {
+                stream,
+                graph,
+                token,
+            } => {
+                self.stats.replays += 1;
+                self.replay(stream, graph, token);
+            }
+            Command::ReleaseGraph { graph } => self.release_graph(graph),
             Command::Shutdown { reply } => {
                 if let Some(reply) = reply {
                     answer(reply, Ok(()));

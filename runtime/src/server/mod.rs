@@ -1,9 +1,11 @@
 //! The device server: a synchronous core, the thread around it, the context
 //! state it gates commands with, and the checks it runs before queueing.
 
+mod capture;
 mod commands;
 mod context;
 mod core;
+mod graphs;
 mod inject;
 mod invalidate;
 mod probe;
