@@ -64,6 +64,8 @@ fn a_faulty_run_under_a_tight_limit_recovers_handles_ooms_and_reads_back_clean()
         "7",
         "--trap-rate",
         "0.005",
+        "--capture-weight",
+        "4",
         "--json",
         "--telemetry",
         telemetry.to_str().unwrap_or_default(),
@@ -82,6 +84,10 @@ fn a_faulty_run_under_a_tight_limit_recovers_handles_ooms_and_reads_back_clean()
     assert!(field(summary, "recoveries") >= 1, "{summary}");
     assert!(field(summary, "ooms") >= 1, "{summary}");
     assert!(field(summary, "verified_bytes") > 0, "{summary}");
+    // Graphs were captured, replayed and read back clean.
+    assert!(field(summary, "captures") >= 1, "{summary}");
+    assert!(field(summary, "replays_verified") >= 1, "{summary}");
+    assert!(field(summary, "replays") >= field(summary, "replays_verified"));
     assert_eq!(field(summary, "limit"), 2 << 20);
     assert!(field(summary, "peak_reserved") <= 2 << 20, "{summary}");
     // Each poison and recovery was announced as an event line.
@@ -123,6 +129,8 @@ fn a_run_without_json_prints_a_table_with_the_zeros() {
         "out of memory",
         "poisons",
         "recoveries",
+        "graphs captured",
+        "replays verified",
         "peak reserved / limit",
     ] {
         assert!(stdout.contains(row), "no {row} row in:\n{stdout}");
@@ -135,6 +143,39 @@ fn a_run_without_json_prints_a_table_with_the_zeros() {
     };
     assert!(zero_row("corrupted reads"), "{stdout}");
     assert!(zero_row("lost replies"), "{stdout}");
+}
+
+#[test]
+fn a_capture_weight_of_zero_captures_nothing_and_a_high_one_replays_clean() {
+    let run = |weight: &str| {
+        let output = cistern(&[
+            "stress",
+            "--clients",
+            "2",
+            "--limit",
+            "2MiB",
+            "--ops",
+            "600",
+            "--max-size",
+            "64KiB",
+            "--seed",
+            "5",
+            "--capture-weight",
+            weight,
+            "--json",
+        ]);
+        assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+        let lines = json_lines(&output);
+        lines[lines.len() - 1].clone()
+    };
+    let none = run("0");
+    assert_eq!(field(&none, "captures"), 0, "{none}");
+    assert_eq!(field(&none, "replays"), 0, "{none}");
+    let many = run("30");
+    assert!(field(&many, "captures") >= 10, "{many}");
+    assert!(field(&many, "replays_verified") >= 1, "{many}");
+    assert_eq!(field(&many, "corrupted_reads"), 0, "{many}");
+    assert_eq!(field(&many, "unexpected_errors"), 0, "{many}");
 }
 
 #[test]

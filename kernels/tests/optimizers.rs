@@ -280,6 +280,50 @@ fn lamb_uses_the_plain_learning_rate_for_zero_parameters() {
 }
 
 #[test]
+fn lamb_matches_the_reference_across_blocks_and_parallel_pieces() {
+    // Long enough to run in parallel, in several rayon pieces, each measured
+    // in several blocks with a ragged tail.
+    let (segments, n) = segments(&[3 * 1024 + 17, (1 << 15) + 5], 2);
+    let config = OptimizerConfig::Lamb(LambConfig::default());
+    let error = compare(&config, &segments, n, 7);
+    assert!(
+        error <= TOLERANCE,
+        "{config:?}: max relative error {error:e}"
+    );
+}
+
+#[test]
+fn lamb_without_trust_ratio_still_refuses_a_non_finite_moment() {
+    // With no weight decay and no NVLAMB the trust ratio does not use the
+    // norms, and the overflowing second moment makes the update 0, not
+    // non-finite: only the moment check can refuse this step.
+    let config = LambConfig {
+        max_grad_norm: f64::INFINITY,
+        weight_decay: 0.0,
+        ..Default::default()
+    };
+    let (segments, n) = segments(&[5], 0);
+    let initial = vec![1.0f32; n];
+    let mut params = initial.clone();
+    let grads = vec![1e30f32; n];
+    let mut state = vec![vec![0.5f32; n]; 2];
+    let before = state.clone();
+    let mut views: Vec<&mut [f32]> = state.iter_mut().map(|b| b.as_mut_slice()).collect();
+    let ctx = StepContext {
+        step: 1,
+        segments: &segments,
+        found_inf: None,
+    };
+    let result = cistern_kernels::lamb_step(&config, &ctx, &mut params, &grads, &mut views);
+    assert!(
+        matches!(result, Err(KernelError::InvalidArgument { ref field, .. }) if field == "segments[0]"),
+        "{result:?}"
+    );
+    assert_eq!(params, initial);
+    assert_eq!(state, before);
+}
+
+#[test]
 fn lamb_refuses_non_finite_gradients_and_changes_nothing() {
     let config = LambConfig::default();
     let (segments, n) = segments(&[4, 4], 0);

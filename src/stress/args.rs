@@ -61,6 +61,10 @@ pub struct StressArgs {
     /// before reserving (peak demand is then at most clients × budget).
     #[arg(long, value_parser = parse_bytes)]
     pub client_budget: Option<u64>,
+    /// How often a client captures a short graph and replays it, as a weight
+    /// against the other operations' (they sum to 100); 0 never captures.
+    #[arg(long, default_value_t = Mix::default().capture)]
+    pub capture_weight: u32,
     /// Inject faults seeded by SEED: launches trap at --trap-rate, and one
     /// reservation and one transfer fail.
     #[arg(long, value_name = "SEED")]
@@ -152,7 +156,10 @@ impl StressArgs {
             workload: WorkloadConfig {
                 sizes,
                 max_size: self.max_size,
-                mix: Mix::default(),
+                mix: Mix {
+                    capture: self.capture_weight,
+                    ..Mix::default()
+                },
                 client_budget: self.client_budget,
             },
             faults: self.faults.map(|seed| FaultSettings {

@@ -47,6 +47,16 @@ pub struct Counters {
     pub poison_errors: AtomicU64,
     /// Stale handles refused by the server (then dropped, never used again).
     pub stale_refusals: AtomicU64,
+    /// Graphs captured (ended into a graph).
+    pub captures: AtomicU64,
+    /// Replays of captured graphs accepted for sending.
+    pub replays: AtomicU64,
+    /// Replays whose effects were read back afterwards and matched the model.
+    pub replays_verified: AtomicU64,
+    /// `CaptureInProgress` answers (another client was capturing): transient.
+    pub capture_refusals: AtomicU64,
+    /// Captures aborted because a capture reservation did not fit the pages held.
+    pub forbidden_reservations: AtomicU64,
     /// Reads that did not return what was written: must be 0.
     pub corrupted_reads: AtomicU64,
     /// Replies not received within the bound: must be 0.

@@ -13,6 +13,9 @@ pub enum Handling {
     Release,
     /// The request can never fit as is: split it.
     Split,
+    /// A capture reservation did not fit the pages held: abort the capture
+    /// (drop its guard); the next one may find the pools warmer.
+    AbortCapture,
     /// The context is retiring or capturing: retry shortly.
     RetryShortly,
     /// A transfer or submission failed without harm: retry it (a few times).
@@ -54,6 +57,7 @@ pub fn handling(error: &ServerError) -> Handling {
     }
     match error.code() {
         ErrorCode::BufferTooBig => Handling::Split,
+        ErrorCode::AllocationForbidden => Handling::AbortCapture,
         ErrorCode::TransferFailed | ErrorCode::DispatchFailed => Handling::Retry,
         ErrorCode::StaleHandle => match error {
             ServerError::StaleGeneration {
@@ -119,6 +123,10 @@ mod tests {
             (
                 ServerError::CaptureInProgress { ordinal: 0 },
                 Handling::RetryShortly,
+            ),
+            (
+                ServerError::from(IoError::page_update_forbidden(8)),
+                Handling::AbortCapture,
             ),
             (
                 ServerError::TransferFailed {

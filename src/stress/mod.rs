@@ -7,11 +7,13 @@
 //! `ServerCore` can drive the same mix.
 
 mod args;
+pub mod capture_plan;
 mod counters;
 mod handling;
 mod monitor;
 pub mod pattern;
 mod plot;
+pub mod recording;
 pub mod rng;
 mod run;
 mod summary;

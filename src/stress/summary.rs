@@ -66,6 +66,16 @@ pub struct Summary {
     pub poison_errors: u64,
     /// Stale handles refused (then dropped).
     pub stale_refusals: u64,
+    /// Graphs captured.
+    pub captures: u64,
+    /// Replays of captured graphs.
+    pub replays: u64,
+    /// Replays whose effects were read back and matched.
+    pub replays_verified: u64,
+    /// Transient `CaptureInProgress` answers (another client was capturing).
+    pub capture_refusals: u64,
+    /// Captures aborted: a capture reservation did not fit the warmed pools.
+    pub forbidden_reservations: u64,
     /// Errors the tool did not expect: must be 0.
     pub unexpected_errors: u64,
     /// Clients stopped by a lost device: must be 0.
@@ -133,6 +143,11 @@ impl Summary {
             busy_retries: get(&counters.busy_retries),
             poison_errors: get(&counters.poison_errors),
             stale_refusals: get(&counters.stale_refusals),
+            captures: get(&counters.captures),
+            replays: get(&counters.replays),
+            replays_verified: get(&counters.replays_verified),
+            capture_refusals: get(&counters.capture_refusals),
+            forbidden_reservations: get(&counters.forbidden_reservations),
             unexpected_errors: get(&counters.unexpected_errors),
             fatal_errors: get(&counters.fatal_errors),
             telemetry_reports,
@@ -174,6 +189,14 @@ impl Summary {
             ("  poisoned answers", self.poison_errors.to_string()),
             ("recoveries", self.recoveries.to_string()),
             ("stale handles refused", self.stale_refusals.to_string()),
+            ("graphs captured", self.captures.to_string()),
+            ("  replays", self.replays.to_string()),
+            ("  replays verified", self.replays_verified.to_string()),
+            ("  refused: capturing", self.capture_refusals.to_string()),
+            (
+                "  reservation forbidden",
+                self.forbidden_reservations.to_string(),
+            ),
             (
                 "peak reserved / limit",
                 format!(

@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
+use super::capture_plan::CapturePlan;
 use super::rng::Rng;
 
 const KIB: u64 = 1 << 10;
@@ -69,6 +70,8 @@ pub struct Mix {
     pub read: u32,
     /// Free a buffer.
     pub free: u32,
+    /// Capture a short graph on the client's stream and replay it.
+    pub capture: u32,
 }
 
 impl Default for Mix {
@@ -82,6 +85,7 @@ impl Default for Mix {
             copy: 12,
             read: 25,
             free: 15,
+            capture: 2,
         }
     }
 }
@@ -139,7 +143,7 @@ impl Span {
         (place(size, len, self.start, align), len)
     }
 
-    fn draw(rng: &mut Rng) -> Span {
+    pub(crate) fn draw(rng: &mut Rng) -> Span {
         if rng.chance(0.5) {
             Span::WHOLE
         } else {
@@ -224,6 +228,11 @@ pub enum Op {
         /// The buffer.
         target: Pick,
     },
+    /// Capture a graph on the client's stream, replay it, and verify.
+    Capture {
+        /// What the graph records and how often it is replayed.
+        plan: CapturePlan,
+    },
 }
 
 /// A client's workload: an endless, deterministic sequence of [`Op`]s.
@@ -249,6 +258,7 @@ impl Workload {
             mix.copy,
             mix.read,
             mix.free,
+            mix.capture,
         ]
         .iter()
         .map(|&w| u64::from(w))
@@ -319,9 +329,17 @@ impl Workload {
                 target: pick(&mut self.rng),
                 span: Span::draw(&mut self.rng),
             }
-        } else {
+        } else if take(mix.free) {
             Op::Free {
                 target: pick(&mut self.rng),
+            }
+        } else {
+            // Small, so that a capture reservation usually fits the pages
+            // already held and sometimes does not.
+            let cap = self.config.max_size.unwrap_or(u64::MAX).max(4);
+            let size = log_uniform(&mut self.rng, 256, 256 * KIB).min(cap);
+            Op::Capture {
+                plan: CapturePlan::draw(&mut self.rng, size),
             }
         }
     }
@@ -571,5 +589,6 @@ mod tests {
         assert!(has(|op| matches!(op, Op::Copy { .. })));
         assert!(has(|op| matches!(op, Op::Read { .. })));
         assert!(has(|op| matches!(op, Op::Free { .. })));
+        assert!(has(|op| matches!(op, Op::Capture { .. })));
     }
 }

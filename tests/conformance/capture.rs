@@ -39,6 +39,9 @@ pub fn a_replayed_graph_matches_the_launches_run_directly(device: Device) {
         ok(client.upload_f32(&y), "upload"),
     );
     let scratch = ok(client.reserve(bytes), "reserve");
+    // Uploads are ordered on the default stream only: let them land before
+    // another stream reads the buffers.
+    ok(client.sync(client.default_stream()), "sync uploads");
     for _ in 0..20 {
         for launch in step(&dx, &dy, &scratch) {
             ok(client.launch(stream, launch), "launch");

@@ -75,14 +75,17 @@ impl ComputeClient {
         ))
     }
 
-    /// Reserves a buffer holding `bytes`.
+    /// Reserves a buffer holding `bytes`, written in order on the default
+    /// stream: sync it (or wait on an event recorded there) before another
+    /// stream uses the buffer.
     pub fn upload(&self, bytes: &[u8]) -> Result<Buffer, ServerError> {
         let buffer = self.reserve(bytes.len() as u64)?;
         self.write(&buffer, 0, bytes)?;
         Ok(buffer)
     }
 
-    /// Reserves a buffer holding `values`.
+    /// Reserves a buffer holding `values`, written in order on the default
+    /// stream (see [`ComputeClient::upload`]).
     pub fn upload_f32(&self, values: &[f32]) -> Result<Buffer, ServerError> {
         self.upload(&f32_bytes(values))
     }

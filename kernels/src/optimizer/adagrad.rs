@@ -5,7 +5,7 @@ use cistern_optim::AdagradConfig;
 use super::pieces::{element_pieces, split, split_mut};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
-use crate::parallel::{MIN_PARALLEL, run};
+use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};
 
 /// One step of `torch.optim.Adagrad` (state: `sum`, which starts at
 /// `initial_accumulator_value`).
@@ -33,21 +33,52 @@ pub fn adagrad_step(
         .zip(split(grads, &ranges))
         .zip(split_mut(sum, &ranges)?)
         .collect();
+    let s = AdagradScalars {
+        sign,
+        weight_decay,
+        clr,
+        eps,
+    };
+    let decayed = weight_decay != 0.0;
     run(
         work,
         covered(ctx.segments) >= MIN_PARALLEL,
         |((p, g), sum)| {
-            let n = p.len();
-            let (g, sum) = (&g[..n], &mut sum[..n]);
-            for i in 0..n {
-                let mut grad = g[i] * sign;
-                if weight_decay != 0.0 {
-                    grad += weight_decay * p[i];
-                }
-                sum[i] += grad * grad;
-                p[i] -= clr * (grad / (sum[i].sqrt() + eps));
-            }
+            with_wide_vectors(
+                #[inline(always)]
+                || {
+                    if decayed {
+                        piece::<true>(&s, p, g, sum)
+                    } else {
+                        piece::<false>(&s, p, g, sum)
+                    }
+                },
+            )
         },
     );
     Ok(StepOutcome::Applied)
+}
+
+#[derive(Debug, Clone, Copy)]
+struct AdagradScalars {
+    sign: f32,
+    weight_decay: f32,
+    clr: f32,
+    eps: f32,
+}
+
+// The decay flag is a const so the loop has no branch and vectorizes; with
+// `DECAYED` false the parameter is not read into the gradient, so a
+// non-finite parameter does not leak into `sum`.
+#[inline(always)]
+fn piece<const DECAYED: bool>(s: &AdagradScalars, p: &mut [f32], g: &[f32], sum: &mut [f32]) {
+    for ((p, &g), sum) in p.iter_mut().zip(g).zip(sum.iter_mut()) {
+        let mut grad = g * s.sign;
+        if DECAYED {
+            grad += s.weight_decay * *p;
+        }
+        let total = *sum + grad * grad;
+        *sum = total;
+        *p -= s.clr * (grad / (total.sqrt() + s.eps));
+    }
 }

@@ -5,7 +5,7 @@ use cistern_optim::{AdamConfig, AdamWConfig};
 use super::pieces::{element_pieces, split, split_optional};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
-use crate::parallel::{MIN_PARALLEL, run};
+use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};
 
 /// One step of `torch.optim.Adam` (state: `exp_avg`, `exp_avg_sq`, and
 /// `max_exp_avg_sq` with amsgrad).
@@ -117,11 +117,16 @@ fn apply(
     run(
         work,
         covered(ctx.segments) >= MIN_PARALLEL,
-        |((((p, g), m), v), max)| match (coupled, max) {
-            (false, None) => piece::<false>(s, p, g, m, v),
-            (true, None) => piece::<true>(s, p, g, m, v),
-            (false, Some(max)) => piece_amsgrad::<false>(s, p, g, m, v, max),
-            (true, Some(max)) => piece_amsgrad::<true>(s, p, g, m, v, max),
+        |((((p, g), m), v), max)| {
+            with_wide_vectors(
+                #[inline(always)]
+                || match (coupled, max) {
+                    (false, None) => piece::<false>(s, p, g, m, v),
+                    (true, None) => piece::<true>(s, p, g, m, v),
+                    (false, Some(max)) => piece_amsgrad::<false>(s, p, g, m, v, max),
+                    (true, Some(max)) => piece_amsgrad::<true>(s, p, g, m, v, max),
+                },
+            )
         },
     );
     Ok(StepOutcome::Applied)

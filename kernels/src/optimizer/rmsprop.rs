@@ -5,7 +5,7 @@ use cistern_optim::RmsPropConfig;
 use super::pieces::{element_pieces, split, split_mut, split_optional};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
-use crate::parallel::{MIN_PARALLEL, run};
+use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};
 
 /// One step of `torch.optim.RMSprop` (state: `square_avg`, then
 /// `momentum_buffer` when momentum > 0, then `grad_avg` when centered).
@@ -44,6 +44,7 @@ pub fn rmsprop_step(
     let Some(square_avg) = square_avg else {
         return Err(KernelError::invalid("state", "does not match the layout"));
     };
+    let (momentum, centered) = (momentum_buffer.is_some(), grad_avg.is_some());
     let ranges = element_pieces(ctx.segments);
     let work: Vec<_> = split_mut(params, &ranges)?
         .into_iter()
@@ -55,7 +56,23 @@ pub fn rmsprop_step(
     run(
         work,
         covered(ctx.segments) >= MIN_PARALLEL,
-        |((((p, g), sq), mom), avg)| piece(&s, p, g, sq, mom, avg),
+        |((((p, g), sq), mom), avg)| {
+            let decayed = s.weight_decay != 0.0;
+            let (mom, avg) = (mom.unwrap_or_default(), avg.unwrap_or_default());
+            with_wide_vectors(
+                #[inline(always)]
+                || match (decayed, momentum, centered) {
+                    (false, false, false) => piece::<false, false, false>(&s, p, g, sq, mom, avg),
+                    (false, false, true) => piece::<false, false, true>(&s, p, g, sq, mom, avg),
+                    (false, true, false) => piece::<false, true, false>(&s, p, g, sq, mom, avg),
+                    (false, true, true) => piece::<false, true, true>(&s, p, g, sq, mom, avg),
+                    (true, false, false) => piece::<true, false, false>(&s, p, g, sq, mom, avg),
+                    (true, false, true) => piece::<true, false, true>(&s, p, g, sq, mom, avg),
+                    (true, true, false) => piece::<true, true, false>(&s, p, g, sq, mom, avg),
+                    (true, true, true) => piece::<true, true, true>(&s, p, g, sq, mom, avg),
+                },
+            )
+        },
     );
     Ok(StepOutcome::Applied)
 }
@@ -71,36 +88,51 @@ struct RmsPropScalars {
     momentum: f32,
 }
 
-fn piece(
+/// The flags as consts, so each combination gets its own branch-free loop;
+/// the optional buffers are empty where their flag is off.
+#[inline(always)]
+fn piece<const DECAYED: bool, const MOMENTUM: bool, const CENTERED: bool>(
     s: &RmsPropScalars,
     p: &mut [f32],
     g: &[f32],
     square_avg: &mut [f32],
-    mut momentum_buffer: Option<&mut [f32]>,
-    mut grad_avg: Option<&mut [f32]>,
+    momentum_buffer: &mut [f32],
+    grad_avg: &mut [f32],
 ) {
     let n = p.len();
+    debug_assert!(!MOMENTUM || momentum_buffer.len() == n);
+    debug_assert!(!CENTERED || grad_avg.len() == n);
     let (g, square_avg) = (&g[..n], &mut square_avg[..n]);
+    let momentum_buffer = if MOMENTUM {
+        &mut momentum_buffer[..n]
+    } else {
+        &mut [][..]
+    };
+    let grad_avg = if CENTERED {
+        &mut grad_avg[..n]
+    } else {
+        &mut [][..]
+    };
     for i in 0..n {
         let mut grad = g[i] * s.sign;
-        if s.weight_decay != 0.0 {
+        if DECAYED {
             grad += s.weight_decay * p[i];
         }
         let sq = square_avg[i] * s.alpha + s.one_minus_alpha * grad * grad;
         square_avg[i] = sq;
-        let avg = match grad_avg.as_deref_mut().and_then(|a| a.get_mut(i)) {
-            Some(ga) => {
-                *ga += s.one_minus_alpha * (grad - *ga);
-                (sq - *ga * *ga).sqrt() + s.eps
-            }
-            None => sq.sqrt() + s.eps,
+        let avg = if CENTERED {
+            let ga = grad_avg[i] + s.one_minus_alpha * (grad - grad_avg[i]);
+            grad_avg[i] = ga;
+            (sq - ga * ga).sqrt() + s.eps
+        } else {
+            sq.sqrt() + s.eps
         };
-        match momentum_buffer.as_deref_mut().and_then(|b| b.get_mut(i)) {
-            Some(buf) => {
-                *buf = *buf * s.momentum + grad / avg;
-                p[i] -= s.lr * *buf;
-            }
-            None => p[i] -= s.lr * (grad / avg),
+        if MOMENTUM {
+            let buf = momentum_buffer[i] * s.momentum + grad / avg;
+            momentum_buffer[i] = buf;
+            p[i] -= s.lr * buf;
+        } else {
+            p[i] -= s.lr * (grad / avg);
         }
     }
 }

@@ -27,10 +27,25 @@ unsafe impl Sync for HostBuffer {}
 
 impl HostBuffer {
     fn new(len: usize, alignment: usize) -> Option<Self> {
+        // Buffers of a huge page or more start on a huge-page boundary, so
+        // transparent huge pages can back them whole: at 4 KiB pages a
+        // streaming kernel over several 256 MiB buffers misses the TLB on
+        // every page of every stream (see docs/benchmarks.md, issue 7).
+        let alignment = if len >= HUGE_PAGE {
+            alignment.max(HUGE_PAGE)
+        } else {
+            alignment
+        };
         let layout = Layout::from_size_align(len.max(1), alignment).ok()?;
         // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { std::alloc::alloc(layout) };
         let ptr = std::ptr::NonNull::new(ptr)?;
+        if len >= HUGE_PAGE {
+            advise_huge_pages(ptr.as_ptr(), layout.size());
+        }
+        // Zeroed after the advice, so the first touch already faults huge pages in.
+        // SAFETY: `ptr` is valid for `layout.size()` bytes, just allocated.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, layout.size()) };
         Some(HostBuffer { ptr, layout, len })
     }
 
@@ -84,6 +99,31 @@ impl HostBuffer {
         );
     }
 }
+
+/// The huge-page size of x86-64 and most aarch64 Linux kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks Linux to back `len` bytes at `ptr` with transparent huge pages, which
+/// it does only on request when THP is in `madvise` mode (the usual default).
+/// Advice only: a refusal changes nothing but speed, so its result is ignored.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(ptr: *mut u8, len: usize) {
+    // std links the C library already; this is its `madvise(2)`.
+    unsafe extern "C" {
+        fn madvise(
+            addr: *mut std::ffi::c_void,
+            len: usize,
+            advice: std::ffi::c_int,
+        ) -> std::ffi::c_int;
+    }
+    const MADV_HUGEPAGE: std::ffi::c_int = 14;
+    // SAFETY: the range is one live allocation of ours; the advice changes
+    // how it is backed, never its contents or validity.
+    unsafe { madvise(ptr.cast(), len, MADV_HUGEPAGE) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_ptr: *mut u8, _len: usize) {}
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {

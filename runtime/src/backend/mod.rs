@@ -9,6 +9,9 @@
 //! every stream and reports the fault in a completion.
 
 pub mod cpu;
+mod launches;
+
+pub use launches::Launches;
 
 use cistern_memory::{DevicePoison, SliceLocation, Storage, StreamId};
 
@@ -130,8 +133,8 @@ pub enum StreamWork {
     },
     /// Run kernels in order, stopping at the first failure.
     Batch {
-        /// The calls.
-        launches: Vec<ResolvedLaunch>,
+        /// The calls (a replayed graph's are shared by all its replays).
+        launches: Launches,
         /// Settle it with the outcome of the whole batch.
         token: Option<PendingToken>,
     },

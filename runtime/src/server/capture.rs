@@ -3,8 +3,9 @@
 //! replaying it as one batch, and releasing what a graph held.
 //!
 //! Launches are checked and resolved to memory when recorded, so a replay
-//! only copies the resolved list into one batch: that is what makes it
-//! cheaper than the launches sent one by one. The resolved locations stay
+//! only hands the graph's shared list to the backend as one batch (the
+//! backend resolves it to its own form once per graph): that is what makes
+//! it cheaper than the launches sent one by one. The resolved locations stay
 //! valid because every allocation a graph holds is pinned (see `graphs.rs`).
 
 use cistern_memory::{AllocationPolicy, StreamId};
@@ -119,8 +120,10 @@ impl<B: Backend> ServerCore<B> {
         }
     }
 
-    /// Queues a graph's launches on `stream` as one batch. A refusal settles
-    /// the token and latches on the stream, as a launch's does.
+    /// Queues a graph's launches on `stream` as one batch: the graph's own
+    /// shared list, not a copy, so the backend's resolved form of it is
+    /// reused. A refusal settles the token and latches on the stream, as a
+    /// launch's does; a stale or released graph is refused before anything runs.
     pub(super) fn replay(
         &mut self,
         stream: StreamId,

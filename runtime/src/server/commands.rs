@@ -153,7 +153,10 @@ impl<B: Backend> ServerCore<B> {
         });
         let mut work = match prepared {
             Ok(Prepared::One(launch)) => StreamWork::Launch { launch, token },
-            Ok(Prepared::Many(launches)) => StreamWork::Batch { launches, token },
+            Ok(Prepared::Many(launches)) => StreamWork::Batch {
+                launches: launches.into(),
+                token,
+            },
             Err(error) => return self.refuse_async(stream, token, error),
         };
         self.inject_launch_faults(&mut work);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use cistern_memory::{AllocationId, StreamId};
 
-use crate::backend::ResolvedLaunch;
+use crate::backend::{Launches, ResolvedLaunch};
 use crate::graph::CaptureId;
 use crate::ids::{IdHasher, IdMap};
 
@@ -29,7 +29,9 @@ pub(crate) struct Recording {
 /// A recorded graph: its launches, resolved, and the allocations it holds.
 #[derive(Debug)]
 pub(crate) struct Graph {
-    pub(crate) launches: Vec<ResolvedLaunch>,
+    /// Shared with every replay in flight; the backend caches its own
+    /// resolved form beside them.
+    pub(crate) launches: Launches,
     /// Shared, so a replay names them without copying the list.
     pub(crate) allocations: Arc<[AllocationId]>,
 }
@@ -135,7 +137,7 @@ impl Graphs {
         let id = self.next_graph;
         self.next_graph += 1;
         let graph = Graph {
-            launches: recording.launches,
+            launches: recording.launches.into(),
             allocations: recording.allocations.into_iter().collect(),
         };
         (id, self.graphs.entry(id).or_insert(graph))

@@ -60,15 +60,22 @@ fn transfer_fault(faults: &mut FaultInjector) -> Result<(), ServerError> {
 
 #[inline(never)]
 fn trap_launches(faults: &mut FaultInjector, work: &mut StreamWork) {
-    let launches = match work {
-        StreamWork::Launch { launch, .. } => std::slice::from_mut(launch),
-        StreamWork::Batch { launches, .. } => launches.as_mut_slice(),
-        _ => return,
-    };
-    for launch in launches {
-        if faults.launch_traps() {
-            *launch = trap();
+    match work {
+        StreamWork::Launch { launch, .. } if faults.launch_traps() => *launch = trap(),
+        StreamWork::Batch { launches, .. } => {
+            // Every launch counts; the list (a graph's, shared) is copied
+            // only when one of them traps.
+            let trapped: Vec<usize> = (0..launches.len())
+                .filter(|_| faults.launch_traps())
+                .collect();
+            if !trapped.is_empty() {
+                let list = launches.make_mut();
+                for index in trapped {
+                    list[index] = trap();
+                }
+            }
         }
+        _ => {}
     }
 }
 

@@ -256,6 +256,9 @@ impl<B: Backend> ServerCore<B> {
             )));
         }
         let released = self.memory.release_all();
+        // Old graphs hold (through the backend's cached launches) memory of
+        // the old generation: forget them now, not at the next capture.
+        self.graphs.renew(next);
         tracing::info!(
             device = self.ordinal,
             released_bytes = released,

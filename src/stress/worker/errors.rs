@@ -21,6 +21,9 @@ impl Worker<'_> {
     ) -> Result<Next, Stopped> {
         self.record(error);
         let counters = &self.shared.counters;
+        if matches!(error, ServerError::CaptureInProgress { .. }) {
+            Counters::bump(&counters.capture_refusals);
+        }
         Ok(match handling(error) {
             Handling::Release => {
                 Counters::bump(&counters.ooms);
@@ -69,6 +72,10 @@ impl Worker<'_> {
                 Next::Done
             }
             Handling::Split => Next::Done,
+            Handling::AbortCapture => {
+                Counters::bump(&counters.forbidden_reservations);
+                Next::Done
+            }
             Handling::Stop => {
                 Counters::bump(&counters.fatal_errors);
                 self.shared

@@ -2,6 +2,7 @@
 //! ([`ops`]: every byte read is verified), and handles every error the way
 //! the error says ([`errors`]).
 
+mod capture;
 mod errors;
 mod ops;
 
@@ -51,12 +52,12 @@ impl Held {
     }
 }
 
-/// A launch whose outcome the client has not looked at yet.
+/// A launch (or a replay) whose outcome the client has not looked at yet.
 struct PendingLaunch {
     token: FailureToken,
-    target: u64,
-    offset: u64,
-    len: u64,
+    /// `(buffer, offset, len)` ranges whose modelled content assumes the
+    /// launch ran: what it writes, and what copies took from that since.
+    writes: Vec<(u64, u64, u64)>,
 }
 
 /// One client thread's state.
@@ -171,6 +172,7 @@ impl<'a> Worker<'a> {
                 }
                 None => false,
             },
+            Op::Capture { plan } => self.capture(plan)?,
         };
         Counters::bump(if ran {
             &counters.ops

@@ -112,11 +112,14 @@ impl Worker<'_> {
         let target_offset = place(target.buffer.size(), len, target_start, align);
         let (source_buffer, target_buffer) = (source.buffer.clone(), target.buffer.clone());
         let source_expected = source.expected.clone();
-        let target_uid = target.uid;
+        let (source_uid, target_uid) = (source.uid, target.uid);
         let update = |expected: &mut Expected| {
             expected.copy_from(&source_expected, source_offset, target_offset, len);
         };
         let range = (target_offset, len);
+        // The source may hold launches not settled yet: if one fails, what
+        // this copy carried is not known either.
+        self.carry_pending(source_uid, (source_offset, len), target_uid, target_offset);
         match via {
             CopyVia::CopyKernel | CopyVia::IdentityKernel => {
                 let bindings = (
@@ -178,9 +181,7 @@ impl Worker<'_> {
                 Counters::add(&self.shared.counters.bytes_on_device, len);
                 self.pending.push(PendingLaunch {
                     token,
-                    target,
-                    offset,
-                    len,
+                    writes: vec![(target, offset, len)],
                 });
                 Ok(())
             }
@@ -192,8 +193,22 @@ impl Worker<'_> {
     }
 
     pub(super) fn read(&mut self, index: usize, span: Span) -> Result<(), Stopped> {
-        let (uid, buffer) = (self.held[index].uid, self.held[index].buffer.clone());
-        let (offset, len) = span.resolve(buffer.size(), 1);
+        let (uid, size) = (self.held[index].uid, self.held[index].buffer.size());
+        let (offset, len) = span.resolve(size, 1);
+        self.read_range(uid, offset, len).map(|_| ())
+    }
+
+    /// Reads `[offset, offset + len)` of buffer `uid` and verifies it:
+    /// `Some(bytes checked)` when the read came back and matched.
+    pub(super) fn read_range(
+        &mut self,
+        uid: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Option<u64>, Stopped> {
+        let Some(buffer) = self.find(uid).map(|held| held.buffer.clone()) else {
+            return Ok(None);
+        };
         let mut attempt = 0;
         let bytes = loop {
             let stream = self.stream;
@@ -201,7 +216,7 @@ impl Worker<'_> {
                 Ok(bytes) => break bytes,
                 Err(error) => match self.handle(&error, attempt, Some(uid))? {
                     Next::Retry => attempt += 1,
-                    Next::Done => return Ok(()),
+                    Next::Done => return Ok(None),
                 },
             }
         };
@@ -211,10 +226,13 @@ impl Worker<'_> {
         // tokens are settled, and a failed one changes what to expect.
         self.settle_launches()?;
         let Some(held) = self.held.iter().find(|held| held.uid == uid) else {
-            return Ok(());
+            return Ok(None);
         };
         match held.expected.verify(offset, &bytes) {
-            Ok(checked) => Counters::add(&self.shared.counters.verified_bytes, checked),
+            Ok(checked) => {
+                Counters::add(&self.shared.counters.verified_bytes, checked);
+                Ok(Some(checked))
+            }
             Err(mismatch) => {
                 Counters::bump(&self.shared.counters.corrupted_reads);
                 self.shared.corruption(format!(
@@ -229,26 +247,49 @@ impl Worker<'_> {
                     mismatch.found,
                     mismatch.expected
                 ));
+                Ok(None)
             }
         }
-        Ok(())
+    }
+
+    /// Every unsettled launch that wrote into `source`'s range now also
+    /// answers for `len` bytes of `target` at `target_offset`.
+    pub(super) fn carry_pending(
+        &mut self,
+        source: u64,
+        (source_offset, len): (u64, u64),
+        target: u64,
+        target_offset: u64,
+    ) {
+        let end = source_offset + len;
+        for launch in &mut self.pending {
+            let overlaps = launch.writes.iter().any(|&(uid, offset, n)| {
+                uid == source && offset < end && offset + n > source_offset
+            });
+            if overlaps && launch.token.check().is_none_or(|outcome| outcome.is_err()) {
+                launch.writes.push((target, target_offset, len));
+            }
+        }
     }
 
     /// Looks at every settled launch token: a failure is handled, and the
     /// range that launch would have written is no longer known.
     pub(super) fn settle_launches(&mut self) -> Result<(), Stopped> {
         let mut failed = Vec::new();
-        self.pending.retain(|launch| match launch.token.check() {
-            None => true,
-            Some(Ok(())) => false,
-            Some(Err(error)) => {
-                failed.push((launch.target, launch.offset, launch.len, error));
-                false
-            }
-        });
-        for (target, offset, len, error) in failed {
-            if let Some(held) = self.find(target) {
-                held.expected.forget(offset, len);
+        self.pending
+            .retain_mut(|launch| match launch.token.check() {
+                None => true,
+                Some(Ok(())) => false,
+                Some(Err(error)) => {
+                    failed.push((std::mem::take(&mut launch.writes), error));
+                    false
+                }
+            });
+        for (writes, error) in failed {
+            for (target, offset, len) in writes {
+                if let Some(held) = self.find(target) {
+                    held.expected.forget(offset, len);
+                }
             }
             self.handle(&error, 0, None)?;
         }

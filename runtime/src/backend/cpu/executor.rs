@@ -106,7 +106,8 @@ pub(super) enum Task {
         token: Option<PendingToken>,
     },
     Batch {
-        launches: Vec<CpuLaunch>,
+        /// Shared by every replay of one graph.
+        launches: Arc<[CpuLaunch]>,
         token: Option<PendingToken>,
     },
     Record(EventSignal),
@@ -297,25 +298,25 @@ impl StreamExecutor {
             }
             return;
         }
-        for launch in launches {
-            if let Err(failure) = kernels::run_caught(launch, &self.device) {
-                let error = match failure {
-                    // Operation-local: the kernel changed nothing; only its
-                    // owner and this stream's latch hear of it.
-                    LaunchError::Refused(error) => {
-                        self.latch(error.clone());
-                        error
-                    }
-                    LaunchError::Fault(fault) => {
-                        let operation = format!("launch {}", launch.kernel.name());
-                        self.fault(sequence, &operation, &fault)
-                    }
-                };
-                if let Some(token) = token {
-                    token.fail(error);
+        if let Err((index, failure)) = kernels::run_all(launches, &self.device) {
+            let error = match failure {
+                // Operation-local: the kernel changed nothing; only its
+                // owner and this stream's latch hear of it.
+                LaunchError::Refused(error) => {
+                    self.latch(error.clone());
+                    error
                 }
-                return;
+                LaunchError::Fault(fault) => {
+                    let kernel = launches
+                        .get(index)
+                        .map_or("?", |launch| launch.kernel.name());
+                    self.fault(sequence, &format!("launch {kernel}"), &fault)
+                }
+            };
+            if let Some(token) = token {
+                token.fail(error);
             }
+            return;
         }
         if let Some(token) = token {
             token.succeed();

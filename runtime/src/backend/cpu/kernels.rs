@@ -71,11 +71,39 @@ pub(super) fn caught<T>(work: impl FnOnce() -> Result<T, KernelFault>) -> Result
     }
 }
 
-/// Runs one launch on this thread; a panic inside it is a fault.
-pub(super) fn run_caught(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
-    match catch_unwind(AssertUnwindSafe(|| run(launch, device))) {
-        Ok(result) => result,
-        Err(payload) => Err(KernelFault::Panicked(panic_message(payload.as_ref())).into()),
+/// Runs `launches` in order on this thread, stopping at the first failure,
+/// which it answers with the failing launch's index; a panic is a fault.
+/// `Empty` launches are counted here and added to the device's counters
+/// once per call, so a replayed graph pays no shared-counter traffic per
+/// launch.
+pub(super) fn run_all(
+    launches: &[CpuLaunch],
+    device: &DeviceState,
+) -> Result<(), (usize, LaunchError)> {
+    let mut index = 0;
+    let mut empty = 0;
+    // One unwind guard per batch: `index` names the launch that panicked.
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        while let Some(launch) = launches.get(index) {
+            if launch.kernel == Kernel::Empty {
+                empty += 1;
+            } else {
+                run(launch, device)?;
+            }
+            index += 1;
+        }
+        Ok(())
+    }));
+    if empty > 0 {
+        device.empty_kernel_runs.fetch_add(empty, Ordering::Relaxed);
+        device.kernels_run.fetch_add(empty, Ordering::Relaxed);
+    }
+    match outcome {
+        Ok(result) => result.map_err(|error| (index, error)),
+        Err(payload) => Err((
+            index,
+            KernelFault::Panicked(panic_message(payload.as_ref())).into(),
+        )),
     }
 }
 
@@ -259,5 +287,36 @@ mod tests {
             copy(&[1, 2, 3], &mut [0, 0]),
             Err(KernelFault::Malformed(_))
         ));
+    }
+
+    fn bare(kernel: Kernel) -> CpuLaunch {
+        CpuLaunch {
+            kernel,
+            bindings: Vec::new(),
+            args: KernelArgs::None,
+        }
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_trap_and_counts_the_empty_launches_before_it() {
+        let device = DeviceState::new(0);
+        let batch = [Kernel::Empty, Kernel::Empty, Kernel::Trap, Kernel::Empty].map(bare);
+        assert_eq!(
+            run_all(&batch, &device),
+            Err((2, LaunchError::Fault(KernelFault::Trap)))
+        );
+        assert_eq!(device.empty_kernel_runs.load(Ordering::Relaxed), 2);
+        assert_eq!(device.kernels_run.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_malformed_launch_in_a_batch_is_named_by_its_index() {
+        let device = DeviceState::new(0);
+        let batch = [Kernel::Empty, Kernel::Scale].map(bare);
+        assert!(matches!(
+            run_all(&batch, &device),
+            Err((1, LaunchError::Fault(KernelFault::Malformed(_))))
+        ));
+        assert_eq!(device.kernels_run.load(Ordering::Relaxed), 1);
     }
 }

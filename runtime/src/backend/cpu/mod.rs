@@ -124,11 +124,8 @@ impl CpuBackend {
                 Err(error) => return refused(error, StreamWork::Launch { launch, token }),
             },
             StreamWork::Batch { launches, token } => {
-                let resolved = launches
-                    .iter()
-                    .map(|launch| cpu_launch(storage, launch))
-                    .collect::<Result<Vec<_>, _>>();
-                match resolved {
+                // A graph's list keeps its host form across replays.
+                match launches.prepared(|list| cpu_launches(storage, list)) {
                     Ok(resolved) => Task::Batch {
                         launches: resolved,
                         token,
@@ -183,6 +180,16 @@ fn send_pending(ordinal: usize, stream: StreamId, queue: &mut StreamQueue) {
             job.task.refuse(error.clone());
         }
     }
+}
+
+fn cpu_launches(
+    storage: &HostStorage,
+    launches: &[ResolvedLaunch],
+) -> Result<Arc<[CpuLaunch]>, ServerError> {
+    launches
+        .iter()
+        .map(|launch| cpu_launch(storage, launch))
+        .collect()
 }
 
 fn cpu_launch(storage: &HostStorage, launch: &ResolvedLaunch) -> Result<CpuLaunch, ServerError> {

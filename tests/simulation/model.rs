@@ -1,0 +1,115 @@
+//! What the simulation expects: each client's buffers and their bytes as
+//! last written, filled or copied, the replies it still waits for, and the
+//! error codes each context state may answer with.
+
+use cistern::runtime::sync::Receiver;
+use cistern::runtime::{BufferRef, ContextState, ErrorCode, FailureToken, ServerError, StreamId};
+
+/// A seeded SplitMix64: the only source of choices in a run.
+pub struct Rng(u64);
+
+impl Rng {
+    /// The generator of `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x5EED_0FC1_57E2)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..bound` (`0` when `bound` is `0`).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        if bound == 0 {
+            0
+        } else {
+            self.next_u64() % bound
+        }
+    }
+
+    /// True with probability `percent`/100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A live buffer and the bytes the model says it holds (`None`: never set).
+pub struct Buffer {
+    pub handle: BufferRef,
+    pub size: u64,
+    pub bytes: Vec<Option<u8>>,
+}
+
+/// A reply or token a client still waits for.
+pub enum Pending {
+    Read {
+        answer: Receiver<Result<Vec<u8>, ServerError>>,
+        expected: Vec<Option<u8>>,
+        generation: u64,
+        step: usize,
+    },
+    Sync {
+        answer: Receiver<Result<(), ServerError>>,
+        generation: u64,
+        step: usize,
+    },
+    Invalidate {
+        answer: Receiver<Result<ContextState, ServerError>>,
+        generation: u64,
+        step: usize,
+    },
+    Launch {
+        token: FailureToken,
+        generation: u64,
+        step: usize,
+    },
+}
+
+impl Pending {
+    /// The step that sent it.
+    pub fn step(&self) -> usize {
+        match self {
+            Pending::Read { step, .. }
+            | Pending::Sync { step, .. }
+            | Pending::Invalidate { step, .. }
+            | Pending::Launch { step, .. } => *step,
+        }
+    }
+}
+
+/// One simulated client: its stream, buffers and outstanding replies.
+pub struct Client {
+    pub stream: StreamId,
+    pub live: Vec<Buffer>,
+    /// Handles of older generations, kept to check they stay refused.
+    pub stale: Vec<BufferRef>,
+    /// The generation in which this client last saw a poisoned refusal.
+    pub saw_poison: Option<u64>,
+    pub pending: Vec<Pending>,
+}
+
+/// The code a state's entry gate refuses with, `None` when it admits.
+pub fn gate_code(state: &ContextState) -> Option<ErrorCode> {
+    match state {
+        ContextState::Active { .. } => None,
+        ContextState::Poisoned { .. } => Some(ErrorCode::DevicePoisoned),
+        ContextState::Retiring { .. } | ContextState::Capturing { .. } => {
+            Some(ErrorCode::ContextBusy)
+        }
+        ContextState::Unrecoverable { .. } => Some(ErrorCode::DeviceLost),
+    }
+}
+
+/// Whether `expected` (the model) matches `actual` (the device's answer).
+pub fn bytes_match(expected: &[Option<u8>], actual: &[u8]) -> bool {
+    expected.len() == actual.len()
+        && expected
+            .iter()
+            .zip(actual)
+            .all(|(want, got)| want.is_none_or(|want| want == *got))
+}
