@@ -15,8 +15,8 @@ use crate::command::{Command, ServerId};
 use crate::device::default_cpu_memory_limit;
 use crate::fault::panic_message;
 use crate::sync::{
-    Condvar, Mutex, PATIENCE, Receiver, RecvTimeoutError, Reply, Sender, recv_patiently,
-    reply_channel, unbounded,
+    Condvar, Mutex, PATIENCE, Receiver, RecvTimeoutError, Reply, Sender, TryRecvError,
+    recv_patiently, reply_channel, unbounded,
 };
 use crate::{Device, DeviceOptions, ServerError};
 
@@ -94,7 +94,7 @@ fn serve<B: Backend>(mut core: ServerCore<B>, commands: Receiver<Command>, end: 
     let ordinal = core.backend().device().ordinal();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         loop {
-            let command = match commands.try_recv() {
+            let command = match commands.try_recv().or_else(|_| poll_briefly(&commands)) {
                 Ok(command) => command,
                 Err(_) => {
                     // About to wait: let the device start what was gathered.
@@ -238,3 +238,20 @@ impl Drop for ServerHandle {
         let _ = self.inbox.send(Command::Shutdown { reply: None });
     }
 }
+
+/// Polls `commands` a little before the server counts as idle, so a client
+/// that is just slower than the server does not make it flush (and wake an
+/// executor) after every command.
+fn poll_briefly(commands: &Receiver<Command>) -> Result<Command, TryRecvError> {
+    for _ in 0..IDLE_POLLS {
+        std::hint::spin_loop();
+        match commands.try_recv() {
+            Err(TryRecvError::Empty) => continue,
+            other => return other,
+        }
+    }
+    Err(TryRecvError::Empty)
+}
+
+/// Polls before an idle flush: about a microsecond.
+const IDLE_POLLS: u32 = 256;
