@@ -3,14 +3,14 @@
 mod common;
 
 use cistern_kernels::{KernelError, Segment, StepContext, StepOutcome, optimizer_step};
+use cistern_optim::parity::{PARAM_FLOOR, STATE_FLOOR, TOLERANCE, max_relative_error};
 use cistern_optim::reference::{self, ReferenceState};
 use cistern_optim::{
     AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
 };
-use common::{PARAM_FLOOR, Rng, STATE_FLOOR, max_relative_error, segments};
+use common::{Rng, segments};
 
 const STEPS: u64 = 20;
-const TOLERANCE: f64 = 1e-5;
 
 /// Kernel buffers initialised as the config's state layout says.
 fn kernel_state(config: &OptimizerConfig, n: usize) -> Vec<Vec<f32>> {

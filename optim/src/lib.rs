@@ -8,6 +8,7 @@
 
 mod config;
 mod error;
+pub mod parity;
 pub mod reference;
 mod scaler;
 mod segment;

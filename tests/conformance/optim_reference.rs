@@ -65,30 +65,7 @@ pub fn segments(lens: &[usize], gap: usize) -> (Vec<Segment>, usize) {
     (out, offset)
 }
 
-/// `|got − want| / max(|want|, floor)`, largest over the buffer, with
-/// `floor = floor_fraction · max|want|` (as `kernels/tests/common`).
-pub fn max_relative_error(got: &[f32], want: &[f64], floor_fraction: f64) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-    let floor = (floor_fraction * scale).max(f64::MIN_POSITIVE);
-    got.iter()
-        .zip(want)
-        .map(|(&g, &w)| {
-            if f64::from(g) == w {
-                0.0
-            } else {
-                (f64::from(g) - w).abs() / w.abs().max(floor)
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
-/// The floor fraction for parameters.
-pub const PARAM_FLOOR: f64 = 1e-3;
-/// The floor fraction for optimizer state.
-pub const STATE_FLOOR: f64 = 1e-1;
-/// The largest relative error any kernel may show against its reference.
-pub const TOLERANCE: f64 = 1e-5;
+pub use cistern::optim::parity::{PARAM_FLOOR, STATE_FLOOR, TOLERANCE, max_relative_error};
 
 /// Asserts a device result matches the host reference within [`TOLERANCE`].
 pub fn assert_close(got: &[f32], want: &[f32], what: &str) {

@@ -64,33 +64,3 @@ pub fn segments(lens: &[usize], gap: usize) -> (Vec<Segment>, usize) {
     }
     (out, offset)
 }
-
-/// The relative error the tests bound: `|got − want| / max(|want|, floor)`
-/// with `floor = floor_fraction · max|want|` over the whole buffer.
-///
-/// Parameters use a floor of 1e-3 of their scale (they stay far from 0 in
-/// these tests, so this is a plain relative error). State buffers that are
-/// signed sums (moments, momentum) use 1e-1: an element that is small
-/// because its terms cancel is rounded by f32 to about an ulp of the
-/// *terms*, not of the result, so it is held to `1e-6 · max|buffer|`
-/// absolute instead — i.e. `|got − want| ≤ 1e-5·|want| + 1e-6·max|want|`.
-pub fn max_relative_error(got: &[f32], want: &[f64], floor_fraction: f64) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0.0f64, |m, w| m.max(w.abs()));
-    let floor = (floor_fraction * scale).max(f64::MIN_POSITIVE);
-    got.iter()
-        .zip(want)
-        .map(|(&g, &w)| {
-            if f64::from(g) == w {
-                0.0
-            } else {
-                (f64::from(g) - w).abs() / w.abs().max(floor)
-            }
-        })
-        .fold(0.0, f64::max)
-}
-
-/// The floor fraction for parameters.
-pub const PARAM_FLOOR: f64 = 1e-3;
-/// The floor fraction for optimizer state.
-pub const STATE_FLOOR: f64 = 1e-1;
