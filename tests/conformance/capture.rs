@@ -161,6 +161,8 @@ pub fn a_capture_excludes_other_threads_until_it_ends(device: Device) {
     let recording = ok(client.create_stream(), "create_stream");
     let other = ok(client.create_stream(), "create_stream");
     let buffer = ok(client.upload_f32(&[1.0; N]), "upload");
+    // The upload is ordered on the default stream only; `other` reads it.
+    ok(client.sync(client.default_stream()), "sync upload");
     let (token, guard) = ok(client.begin_capture(recording), "begin_capture");
     let (ask, asked) = mpsc::channel::<()>();
     let (tell, told) = mpsc::channel();

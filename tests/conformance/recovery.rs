@@ -71,6 +71,8 @@ pub fn a_poisoned_device_recovers_and_only_fresh_handles_work(device: Device) {
     ok(client.sync(stream), "sync");
     ok(client.sync(client.default_stream()), "sync");
     let fresh = ok(client.upload_f32(&[2.0; 16]), "upload");
+    // The upload is ordered on the default stream only; `stream` writes after it.
+    ok(client.sync(client.default_stream()), "sync upload");
     ok(
         client.launch(stream, KernelLaunch::fill(fresh.whole(), 3.0)),
         "launch",
