@@ -35,6 +35,11 @@ pub enum BenchCommand {
         /// A trace written by `shared/traces/gen_trace.py`.
         #[arg(long)]
         trace: std::path::PathBuf,
+        /// Whether the storage can map memory into address ranges (the
+        /// manager's virtual range), like a device with virtual memory
+        /// management; `off` replays on pages only.
+        #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+        mapping: String,
     },
     /// Client/server round trips against a bare channel.
     Roundtrip,
@@ -72,7 +77,7 @@ pub fn run(cli: Cli) -> ExitCode {
 
 fn run_bench(bench: BenchCommand) -> Result<(), String> {
     match bench {
-        BenchCommand::Alloc { trace } => crate::bench::alloc::run(&trace),
+        BenchCommand::Alloc { trace, mapping } => crate::bench::alloc::run(&trace, mapping == "on"),
         BenchCommand::Roundtrip => crate::bench::roundtrip::run(),
         BenchCommand::Optim { optimizer, params } => crate::bench::optim::run(&optimizer, params),
         BenchCommand::Gemm => crate::bench::gemm::run(),

@@ -38,6 +38,16 @@ pub struct MemoryConfig {
     /// empty page as large remains, and the largest empty pages are released
     /// before a new page is added.
     pub idle_percent: u64,
+    /// Where the storage can map memory into address ranges: place every
+    /// request (dry runs aside) in one address range backed chunk by chunk,
+    /// so space freed anywhere serves any later request. `false`: pages only.
+    pub virtual_memory: bool,
+    /// Bytes of one mapped chunk: a power of two and a multiple of the
+    /// storage's map granularity (else the manager uses pages only).
+    pub chunk_size: u64,
+    /// Most chunks in one buffer allocated to back chunks. Buffers grow with
+    /// the bytes held (an eighth of them) from one chunk up to this many.
+    pub max_block_chunks: u64,
 }
 
 impl MemoryConfig {
@@ -52,6 +62,9 @@ impl MemoryConfig {
             exclusive_threshold: 256 * MIB,
             exclusive_max_waste_percent: 25,
             idle_percent: 35,
+            virtual_memory: true,
+            chunk_size: 2 * MIB,
+            max_block_chunks: 16,
         }
     }
 
@@ -65,6 +78,8 @@ impl MemoryConfig {
             Some("max_page_sizes must be positive")
         } else if self.page_growth_divisor == 0 {
             Some("page_growth_divisor must be positive")
+        } else if !self.chunk_size.is_power_of_two() || self.max_block_chunks == 0 {
+            Some("chunk_size must be a power of two and max_block_chunks positive")
         } else if self.exclusive_max_waste_percent > 100 {
             Some("exclusive_max_waste_percent must be at most 100")
         } else {

@@ -11,6 +11,9 @@ pub enum PoolKind {
     Sliced,
     /// One large request per page.
     Exclusive,
+    /// An address range backed chunk by chunk where the storage can map;
+    /// its `size` is address space, not memory held.
+    Virtual,
 }
 
 /// What a slice is used for.

@@ -15,20 +15,27 @@ pub struct MemoryStats {
     pub requested_bytes: u64,
     /// `in_use_bytes - requested_bytes`: alignment and reuse rounding.
     pub padding_bytes: u64,
-    /// Bytes of all pages held (backed or not).
+    /// Bytes of all pages held (backed or not) and of the buffers backing
+    /// the virtual range.
     pub reserved_bytes: u64,
     /// Bytes of pages whose memory is not allocated yet (dry-run pages).
     pub unbacked_bytes: u64,
     /// Bytes of freed slices still waiting for streams to complete.
     pub pending_free_bytes: u64,
-    /// Free bytes in pages that also hold slices (cannot be released as is).
+    /// Free bytes in pages that also hold slices, and in virtual-range
+    /// buffers some of whose chunks are mapped (cannot be released as is).
     pub inactive_split_bytes: u64,
-    /// Free bytes in pages that hold nothing (released by `reclaim`).
+    /// Free bytes in pages that hold nothing and in virtual-range buffers
+    /// none of whose chunks is mapped (released by `reclaim`).
     pub empty_page_bytes: u64,
     /// Pages of the sliced pool.
     pub sliced_pages: u64,
     /// Pages of the exclusive pool.
     pub exclusive_pages: u64,
+    /// Buffers backing the virtual range (counted in `reserved_bytes`).
+    pub virtual_blocks: u64,
+    /// Bytes of those buffers mapped into the range now.
+    pub mapped_bytes: u64,
     /// Distinct sliced page sizes held now.
     pub page_sizes: Vec<u64>,
     /// Highest `in_use_bytes` seen.

@@ -387,6 +387,14 @@ fn an_invalid_config_is_refused() {
             exclusive_max_waste_percent: 101,
             ..small_config(MIB)
         },
+        MemoryConfig {
+            chunk_size: 3 * KIB,
+            ..small_config(MIB)
+        },
+        MemoryConfig {
+            max_block_chunks: 0,
+            ..small_config(MIB)
+        },
     ] {
         assert!(MemoryManager::new(BookkeepingStorage::new(256), config).is_err());
     }

@@ -1,10 +1,11 @@
 //! Property tests of the memory manager against a simple model: random
-//! reserves, frees, reclaims, compactions and stream uses under a small limit.
+//! reserves, frees, reclaims, compactions and stream uses under a small limit,
+//! on pages and on the virtual range (a storage that can map).
 
 mod common;
 
 use cistern_memory::{
-    AllocationId, AllocationPolicy, BookkeepingStorage, IoError, MemoryManager, Reason,
+    AllocationId, AllocationPolicy, BookkeepingStorage, IoError, MemoryManager, PoolKind, Reason,
     SliceLocation, SliceUse, StreamId,
 };
 use common::*;
@@ -108,6 +109,8 @@ fn overlaps(a: &SliceLocation, b: &SliceLocation) -> bool {
 
 fn check_invariants(m: &MemoryManager<BookkeepingStorage>, model: &Model) {
     let stats = m.stats();
+    assert_eq!(m.storage().mapped_bytes(), stats.mapped_bytes, "{stats:?}");
+    assert!(m.storage().held_ranges() <= 1, "one virtual range at most");
     assert!(stats.in_use_bytes <= stats.reserved_bytes, "{stats:?}");
     assert!(stats.reserved_bytes <= LIMIT, "{stats:?}");
     assert_eq!(m.storage().held_bytes(), stats.reserved_bytes);
@@ -126,8 +129,14 @@ fn check_invariants(m: &MemoryManager<BookkeepingStorage>, model: &Model) {
             assert_eq!(slice.size % 256, 0, "aligned size");
             assert!(slice.size > 0);
             offset += slice.size;
+            let storage = page.storage.expect("no dry runs here");
+            if page.pool == PoolKind::Virtual && slice.state != SliceUse::Free {
+                assert!(
+                    m.storage().is_mapped(storage, slice.offset, slice.size),
+                    "a held slice of the virtual range is backed: {slice:?}"
+                );
+            }
             if let SliceUse::Allocated { id, .. } = slice.state {
-                let storage = page.storage.expect("no dry runs here");
                 allocated.push((
                     id,
                     SliceLocation {
@@ -150,8 +159,18 @@ fn check_invariants(m: &MemoryManager<BookkeepingStorage>, model: &Model) {
     }
 }
 
-fn run(steps: Vec<Step>) {
-    let mut m = manager(LIMIT);
+/// The most bytes of chunks a request of `padded` bytes can need: its own,
+/// rounded up, and one more where it straddles a boundary.
+fn chunk_need(padded: u64) -> u64 {
+    (padded.div_ceil(CHUNK) + 1) * CHUNK
+}
+
+fn run(steps: Vec<Step>, mapping: bool) {
+    let mut m = if mapping {
+        virtual_manager(LIMIT)
+    } else {
+        manager(LIMIT)
+    };
     let mut model = Model::default();
     for step in steps {
         match step {
@@ -169,6 +188,9 @@ fn run(steps: Vec<Step>) {
                 match m.reserve(size, policy, 0, StreamId(stream as u64)) {
                     Ok(id) => {
                         assert!(padded(size) <= LIMIT, "a too-big request succeeded");
+                        if mapping {
+                            assert!(m.stats().virtual_blocks > 0, "the virtual range serves");
+                        }
                         if forbidden {
                             assert_eq!(
                                 m.stats().reserved_bytes,
@@ -208,8 +230,13 @@ fn run(steps: Vec<Step>) {
                     Err(IoError::OutOfMemory { .. }) => {
                         assert!(!forbidden);
                         let stats = m.stats();
+                        let need = if mapping {
+                            chunk_need(padded(size))
+                        } else {
+                            padded(size)
+                        };
                         assert!(
-                            stats.reserved_bytes + padded(size) > LIMIT,
+                            stats.reserved_bytes + need > LIMIT,
                             "OOM with room: {stats:?}"
                         );
                         assert_eq!(stats.empty_page_bytes, 0, "OOM released empty pages first");
@@ -355,6 +382,13 @@ proptest! {
 
     #[test]
     fn the_manager_agrees_with_the_model(steps in prop::collection::vec(step(), 1..160)) {
-        run(steps);
+        run(steps, false);
+    }
+
+    #[test]
+    fn the_manager_on_a_mapping_storage_agrees_with_the_model(
+        steps in prop::collection::vec(step(), 1..160),
+    ) {
+        run(steps, true);
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! The trace (from `shared/traces/gen_trace.py`) is parsed before timing;
 //! `requests` and `peak_in_use` come from the trace alone, the reserved
-//! figures from a counting storage the benchmark owns.
+//! figures from a counting storage the benchmark owns. With `mapping` the
+//! storage can map buffers into address ranges, so the manager backs its
+//! virtual range chunk by chunk; buffers allocated for that are counted like
+//! any other, and address ranges hold no bytes.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,20 +21,24 @@ const TIMED_RUNS: usize = 3;
 const ALIGNMENT: u64 = 256;
 const GIB: u64 = 1 << 30;
 
+/// The storage's map granularity when it can map: 2 MiB, CUDA's usual
+/// granularity for mapped device memory.
+const MAP_GRANULARITY: u64 = 2 << 20;
+
 /// Replays the trace at `trace` three times and prints one JSON line.
-pub fn run(trace: &Path) -> Result<(), String> {
-    run_with(trace, &bench_config())
+pub fn run(trace: &Path, mapping: bool) -> Result<(), String> {
+    run_with(trace, &bench_config(), mapping)
 }
 
 /// Like [`run`], with another manager configuration (for tuning).
-pub fn run_with(trace: &Path, config: &MemoryConfig) -> Result<(), String> {
+pub fn run_with(trace: &Path, config: &MemoryConfig, mapping: bool) -> Result<(), String> {
     let text = std::fs::read_to_string(trace)
         .map_err(|e| format!("cannot read trace {}: {e}", trace.display()))?;
     let replay = Replay::parse(&text)?;
     let mut best_ns = f64::INFINITY;
     let mut held = Held::default();
     for _ in 0..TIMED_RUNS {
-        let (elapsed, run_held) = replay.run(config)?;
+        let (elapsed, run_held) = replay.run(config, mapping)?;
         best_ns = best_ns.min(elapsed);
         held = run_held;
     }
@@ -44,6 +51,8 @@ pub fn run_with(trace: &Path, config: &MemoryConfig) -> Result<(), String> {
         "peak_reserved": held.peak,
         "final_reserved": held.now,
         "storage_allocs": held.allocs,
+        "storage_maps": held.maps,
+        "mapping": mapping,
         "config": config,
     });
     println!("{line}");
@@ -126,9 +135,10 @@ impl Replay {
     }
 
     /// One replay on a fresh manager: nanoseconds taken and what the storage held.
-    fn run(&self, config: &MemoryConfig) -> Result<(f64, Held), String> {
+    fn run(&self, config: &MemoryConfig, mapping: bool) -> Result<(f64, Held), String> {
+        let granularity = mapping.then_some(MAP_GRANULARITY);
         let storage = CountingStorage {
-            inner: BookkeepingStorage::new(ALIGNMENT),
+            inner: BookkeepingStorage::new(ALIGNMENT).with_map_granularity(granularity),
             held: Held::default(),
         };
         let mut manager = MemoryManager::new(storage, config.clone()).map_err(|e| e.to_string())?;
@@ -160,6 +170,8 @@ struct Held {
     now: u64,
     peak: u64,
     allocs: u64,
+    /// Chunks mapped into the virtual range.
+    maps: u64,
 }
 
 struct CountingStorage {
@@ -193,6 +205,35 @@ impl Storage for CountingStorage {
     fn contains(&self, id: StorageId) -> bool {
         self.inner.contains(id)
     }
+
+    fn map_granularity(&self) -> Option<u64> {
+        self.inner.map_granularity()
+    }
+
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        self.inner.reserve_range(size)
+    }
+
+    fn release_range(&mut self, range: StorageId) {
+        self.inner.release_range(range)
+    }
+
+    fn map(
+        &mut self,
+        range: StorageId,
+        range_offset: u64,
+        buffer: StorageId,
+        buffer_offset: u64,
+        size: u64,
+    ) -> Result<(), IoError> {
+        self.held.maps += 1;
+        self.inner
+            .map(range, range_offset, buffer, buffer_offset, size)
+    }
+
+    fn unmap(&mut self, range: StorageId, range_offset: u64, size: u64) {
+        self.inner.unmap(range, range_offset, size)
+    }
 }
 
 #[cfg(test)]
@@ -205,13 +246,19 @@ mod tests {
             .expect("well formed");
         assert_eq!(replay.ops.len(), 7);
         assert_eq!(replay.peak_in_use, 150);
-        let (_, held) = replay.run(&bench_config()).expect("replays");
+        let (_, held) = replay.run(&bench_config(), false).expect("replays");
         assert_eq!(
             held.now,
             1 << 23,
             "one page kept: the trace's last line is not a cleanup"
         );
         assert!(held.peak >= held.now);
+        let (_, held) = replay.run(&bench_config(), true).expect("replays");
+        assert_eq!(
+            (held.now, held.allocs),
+            (2 << 20, 1),
+            "one chunk's block kept: the trace's last line is not a cleanup"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `MemoryManager`: allocations named by ids, placed in pools, released as
 //! streams complete.
 
+mod chunks;
 mod compaction;
 mod placement;
 mod report;
@@ -32,6 +33,10 @@ pub struct MemoryManager<S: Storage> {
     /// The ticket of the compaction plan that may still be committed.
     plan: Option<u64>,
     next_plan: u64,
+    /// log2 of the chunk size when requests go to the virtual range.
+    chunk_shift: Option<u32>,
+    /// The virtual range, once the first request needs it.
+    space: Option<chunks::VirtualSpace>,
 }
 
 /// Counters and gauges kept on the hot path; `stats()` adds what is derived.
@@ -66,7 +71,10 @@ impl<S: Storage> MemoryManager<S> {
             ));
         }
         let max_sliced_page = round_down(config.max_page_size.min(max_request)).max(alignment);
+        let chunk_shift = Self::virtual_chunk_shift(&config, &storage, alignment);
         Ok(MemoryManager {
+            chunk_shift,
+            space: None,
             storage,
             alignment,
             max_request,
@@ -117,15 +125,20 @@ impl<S: Storage> MemoryManager<S> {
             slice: placed.slice,
             requested: size,
             generation,
-            uses: placed.carried_use.into_iter().collect(),
+            uses: match placed.carried_use {
+                Some(carried) => vec![carried],
+                None => Vec::new(),
+            },
             pinned: false,
         }))
     }
 
     fn padded(&self, size: u64) -> Result<u64, IoError> {
-        let padded = size
-            .max(1)
-            .checked_next_multiple_of(self.alignment)
+        // The alignment is a power of two: a mask, not a division.
+        let mask = self.alignment - 1;
+        let padded = (size.max(1))
+            .checked_add(mask)
+            .map(|bumped| bumped & !mask)
             .filter(|&padded| padded <= self.max_request);
         padded.ok_or_else(|| IoError::buffer_too_big(size))
     }
@@ -151,12 +164,22 @@ impl<S: Storage> MemoryManager<S> {
         Ok(())
     }
 
+    /// Bytes held: pages, and blocks backing the virtual range.
+    fn reserved(&self) -> u64 {
+        let blocks = self.space.as_ref().map_or(0, |space| space.reserved);
+        self.pools.totals.reserved + blocks
+    }
+
     /// Gives a slice back to its pool.
     fn release_slice(&mut self, slice: u32) {
         let page = self.pools.slices[slice].page;
         let emptied = match self.pools.pages.get(page).map(|page| page.kind) {
             Some(PoolKind::Sliced) => self.pools.release_sliced(slice),
             Some(PoolKind::Exclusive) => self.pools.release_exclusive(slice),
+            Some(PoolKind::Virtual) => {
+                self.release_virtual(slice);
+                false
+            }
             None => {
                 debug_assert!(false, "a held slice has a page");
                 false
@@ -164,10 +187,7 @@ impl<S: Storage> MemoryManager<S> {
         };
         // Only with a spare, so a loop that frees and re-reserves the same
         // memory finds a page each time instead of allocating one.
-        if emptied
-            && self.pools.totals.reserved > self.idle_budget()
-            && self.pools.has_spare_for(page)
-        {
+        if emptied && self.reserved() > self.idle_budget() && self.pools.has_spare_for(page) {
             self.release_page(page);
         }
     }
@@ -187,9 +207,9 @@ impl<S: Storage> MemoryManager<S> {
     /// Before a page of `size` bytes is added: releases the largest empty
     /// pages while the pages held would exceed the idle budget. None of them
     /// was fit to hold the request, or it would have been placed there.
-    fn trim_idle_pages(&mut self, size: u64) {
+    pub(super) fn trim_idle_pages(&mut self, size: u64) {
         let budget = self.idle_budget();
-        while self.pools.totals.reserved.saturating_add(size) > budget {
+        while self.reserved().saturating_add(size) > budget {
             let Some(page) = self.pools.largest_empty_page() else {
                 break;
             };
@@ -211,11 +231,13 @@ impl<S: Storage> MemoryManager<S> {
     }
 
     fn release_empty_pages(&mut self) -> u64 {
-        self.pools
+        let pages: u64 = self
+            .pools
             .empty_pages()
             .into_iter()
             .map(|page| self.release_page(page))
-            .sum()
+            .sum();
+        pages + self.release_empty_blocks()
     }
 
     /// Where the allocation's bytes are now. Backs a dry-run page on first
@@ -300,7 +322,8 @@ impl<S: Storage> MemoryManager<S> {
         Ok(())
     }
 
-    /// Releases every page that holds nothing; returns the bytes released.
+    /// Releases every page that holds nothing, and every block of the virtual
+    /// range none of whose chunks is mapped; returns the bytes released.
     pub fn reclaim(&mut self) -> u64 {
         self.counters.reclaims += 1;
         self.release_empty_pages()
@@ -313,8 +336,11 @@ impl<S: Storage> MemoryManager<S> {
         self.allocations.clear();
         self.streams.clear_pending();
         self.plan = None;
-        let mut released = 0;
+        let mut released = self.close_range();
         for page in self.pools.clear() {
+            if page.kind == PoolKind::Virtual {
+                continue;
+            }
             if let Some(storage) = page.storage {
                 self.storage.dealloc(storage);
                 self.counters.storage_frees += 1;

@@ -46,7 +46,12 @@ impl<S: Storage> MemoryManager<S> {
                 carried_use: Some((stream, sequence)),
             });
         }
-        let slice = if padded >= self.config.exclusive_threshold || padded > self.max_sliced_page {
+        let virtual_shift = self
+            .chunk_shift
+            .filter(|_| policy != AllocationPolicy::DryRun);
+        let slice = if let Some(shift) = virtual_shift {
+            self.place_virtual(padded, policy, shift)?
+        } else if padded >= self.config.exclusive_threshold || padded > self.max_sliced_page {
             self.place_exclusive(padded, policy)?
         } else {
             self.place_sliced(padded, policy)?
@@ -79,7 +84,7 @@ impl<S: Storage> MemoryManager<S> {
                 // A capture may not add pages: any free space held will do.
                 let other = match class {
                     SizeClass::Small => SizeClass::Large,
-                    SizeClass::Large => SizeClass::Small,
+                    SizeClass::Large | SizeClass::Virtual => SizeClass::Small,
                 };
                 return self
                     .pools
@@ -117,8 +122,8 @@ impl<S: Storage> MemoryManager<S> {
     }
 
     /// Bytes of pages that can still be added under the limit.
-    fn room(&self) -> u64 {
-        self.config.limit.saturating_sub(self.pools.totals.reserved)
+    pub(super) fn room(&self) -> u64 {
+        self.config.limit.saturating_sub(self.reserved())
     }
 
     /// Exclusive pages are rounded up to a 32nd of the next power of two (at
@@ -153,7 +158,9 @@ impl<S: Storage> MemoryManager<S> {
         let is_held = |size: u64| totals.page_sizes.iter().any(|&(s, _)| s == size);
         let has_room_for_new_size = totals.page_sizes.len() < self.config.max_page_sizes;
         let mut candidate = match class {
-            SizeClass::Large => self.rounded_up(padded, 8, self.max_sliced_page),
+            SizeClass::Large | SizeClass::Virtual => {
+                self.rounded_up(padded, 8, self.max_sliced_page)
+            }
             SizeClass::Small => padded
                 .max(self.config.min_page_size)
                 .max(
@@ -177,7 +184,7 @@ impl<S: Storage> MemoryManager<S> {
                 break;
             }
             candidate = match class {
-                SizeClass::Large => padded,
+                SizeClass::Large | SizeClass::Virtual => padded,
                 SizeClass::Small => (candidate / 2).max(padded),
             };
         }
@@ -209,8 +216,8 @@ impl<S: Storage> MemoryManager<S> {
         Ok(Some(handle.id))
     }
 
-    fn note_reserved(&mut self) {
-        let reserved = self.pools.totals.reserved;
+    pub(super) fn note_reserved(&mut self) {
+        let reserved = self.reserved();
         self.counters.peak_reserved = self.counters.peak_reserved.max(reserved);
     }
 

@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use super::MemoryManager;
 use crate::pool::SliceState;
+use crate::snapshot::PoolKind;
 use crate::snapshot::{MemorySnapshot, PageSnapshot, SliceSnapshot, SliceUse};
 use crate::{MemoryStats, Storage};
 
@@ -15,7 +16,13 @@ impl<S: Storage> MemoryManager<S> {
         let counters = &self.counters;
         let (mut inactive_split, mut empty) = (0, 0);
         for (_, page) in self.pools.pages.iter() {
-            if page.held_slices == 0 {
+            if page.kind == PoolKind::Virtual {
+                // Its free space is address space; the blocks' is counted below.
+                let blocks = self.space.as_ref().map_or(0, |space| space.reserved);
+                let empty_blocks = self.space.as_ref().map_or(0, |s| s.empty_block_bytes());
+                empty += empty_blocks;
+                inactive_split += blocks.saturating_sub(page.held_bytes + empty_blocks);
+            } else if page.held_slices == 0 {
                 empty += page.size;
             } else {
                 inactive_split += page.size - page.held_bytes;
@@ -29,13 +36,15 @@ impl<S: Storage> MemoryManager<S> {
             in_use_bytes: counters.in_use,
             requested_bytes: counters.requested,
             padding_bytes: counters.in_use - counters.requested.min(counters.in_use),
-            reserved_bytes: totals.reserved,
+            reserved_bytes: self.reserved(),
             unbacked_bytes: totals.unbacked,
             pending_free_bytes: self.streams.pending_bytes(),
             inactive_split_bytes: inactive_split,
             empty_page_bytes: empty,
             sliced_pages: totals.sliced_pages,
             exclusive_pages: totals.exclusive_pages,
+            virtual_blocks: self.space.as_ref().map_or(0, |space| space.block_count()),
+            mapped_bytes: self.space.as_ref().map_or(0, |space| space.mapped_bytes()),
             page_sizes,
             peak_in_use_bytes: counters.peak_in_use,
             peak_requested_bytes: counters.peak_requested,
@@ -126,6 +135,7 @@ impl<S: Storage> MemoryManager<S> {
             ("pending free", stats.pending_free_bytes, None),
             ("inactive split", stats.inactive_split_bytes, None),
             ("empty pages", stats.empty_page_bytes, None),
+            ("mapped", stats.mapped_bytes, None),
             ("unbacked", stats.unbacked_bytes, None),
             ("limit", stats.limit_bytes, None),
         ];
@@ -138,6 +148,7 @@ impl<S: Storage> MemoryManager<S> {
             ("live allocations", stats.live_allocations),
             ("sliced pages", stats.sliced_pages),
             ("exclusive pages", stats.exclusive_pages),
+            ("virtual blocks", stats.virtual_blocks),
             ("storage allocs", stats.storage_allocs),
             ("storage frees", stats.storage_frees),
             ("reclaims", stats.reclaims),

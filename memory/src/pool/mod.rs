@@ -10,6 +10,8 @@ mod sliced;
 
 pub(crate) use records::{SizeClass, SliceState};
 
+use records::CLASSES;
+
 use std::collections::BTreeSet;
 
 use index::FreeIndex;
@@ -21,12 +23,12 @@ pub(crate) struct Pools {
     pub(crate) slices: SliceArena,
     pub(crate) pages: PageArena,
     /// Free slices of sliced pages, one index per size class.
-    index: [FreeIndex; 2],
+    index: [FreeIndex; CLASSES],
     /// Free exclusive pages (the empty ones) by (size, page key): best fit
     /// in O(log n).
     exclusive_free: BTreeSet<(u64, u32)>,
     /// Sliced pages that hold nothing, per size class, by (size, page key).
-    empty_sliced: [BTreeSet<(u64, u32)>; 2],
+    empty_sliced: [BTreeSet<(u64, u32)>; CLASSES],
     pub(crate) totals: Totals,
 }
 
@@ -36,7 +38,7 @@ pub(crate) struct Totals {
     pub(crate) reserved: u64,
     pub(crate) unbacked: u64,
     /// Bytes of sliced pages per size class.
-    pub(crate) class_reserved: [u64; 2],
+    pub(crate) class_reserved: [u64; CLASSES],
     pub(crate) sliced_pages: u64,
     pub(crate) exclusive_pages: u64,
     pub(crate) exclusive_free_bytes: u64,
@@ -51,9 +53,9 @@ impl Pools {
         Pools {
             slices: SliceArena::default(),
             pages: PageArena::default(),
-            index: [FreeIndex::new(alignment), FreeIndex::new(alignment)],
+            index: std::array::from_fn(|_| FreeIndex::new(alignment)),
             exclusive_free: BTreeSet::new(),
-            empty_sliced: [BTreeSet::new(), BTreeSet::new()],
+            empty_sliced: std::array::from_fn(|_| BTreeSet::new()),
             totals: Totals::default(),
         }
     }

@@ -40,10 +40,12 @@ impl Pools {
             record.first = slice;
         }
         let totals = &mut self.totals;
-        totals.empty_bytes += size;
-        totals.reserved += size;
-        if storage.is_none() {
-            totals.unbacked += size;
+        if kind != PoolKind::Virtual {
+            totals.empty_bytes += size;
+            totals.reserved += size;
+            if storage.is_none() {
+                totals.unbacked += size;
+            }
         }
         match kind {
             PoolKind::Sliced => {
@@ -57,6 +59,8 @@ impl Pools {
                 self.index[class.index()].insert(&mut self.slices, slice);
             }
             PoolKind::Exclusive => totals.exclusive_pages += 1,
+            // Address space, not memory: its chunks are counted as they are backed.
+            PoolKind::Virtual => self.index[class.index()].insert(&mut self.slices, slice),
         }
         (page, slice)
     }
@@ -70,7 +74,7 @@ impl Pools {
     /// deallocate). `None` if the page is unknown or not empty.
     pub(crate) fn remove_empty_page(&mut self, page: u32) -> Option<Page> {
         let record = *self.pages.get(page)?;
-        if record.held_slices != 0 {
+        if record.held_slices != 0 || record.kind == PoolKind::Virtual {
             return None;
         }
         let slice = record.first;
@@ -88,6 +92,7 @@ impl Pools {
                     self.totals.exclusive_free_bytes -= record.size;
                 }
             }
+            PoolKind::Virtual => {}
         }
         self.slices.remove(slice);
         self.pages.remove(page);
@@ -118,6 +123,7 @@ impl Pools {
                 }
             }
             PoolKind::Exclusive => totals.exclusive_pages -= 1,
+            PoolKind::Virtual => {}
         }
     }
 
@@ -181,6 +187,7 @@ impl Pools {
         let empty = match record.kind {
             PoolKind::Sliced => &self.empty_sliced[record.class.index()],
             PoolKind::Exclusive => &self.exclusive_free,
+            PoolKind::Virtual => return false,
         };
         empty
             .range((record.size, 0)..)
@@ -190,7 +197,7 @@ impl Pools {
 
     /// The largest page that holds nothing, if any.
     pub(crate) fn largest_empty_page(&self) -> Option<u32> {
-        let [small, large] = &self.empty_sliced;
+        let [small, large, _] = &self.empty_sliced;
         let largest = [small.last(), large.last(), self.exclusive_free.last()];
         largest.into_iter().flatten().max().map(|&(_, page)| page)
     }
@@ -238,10 +245,14 @@ impl Pools {
                 page.held_bytes += size;
                 if page.held_slices == 1 {
                     let page_size = page.size;
-                    if page.kind == PoolKind::Sliced {
-                        self.empty_sliced[page.class.index()].remove(&(page_size, key));
+                    match page.kind {
+                        PoolKind::Sliced => {
+                            self.empty_sliced[page.class.index()].remove(&(page_size, key));
+                            self.totals.empty_bytes -= page_size;
+                        }
+                        PoolKind::Exclusive => self.totals.empty_bytes -= page_size,
+                        PoolKind::Virtual => {}
                     }
-                    self.totals.empty_bytes -= page_size;
                 }
             }
             (true, false) => {
@@ -249,10 +260,14 @@ impl Pools {
                 page.held_bytes -= size;
                 if page.held_slices == 0 {
                     let page_size = page.size;
-                    if page.kind == PoolKind::Sliced {
-                        self.empty_sliced[page.class.index()].insert((page_size, key));
+                    match page.kind {
+                        PoolKind::Sliced => {
+                            self.empty_sliced[page.class.index()].insert((page_size, key));
+                            self.totals.empty_bytes += page_size;
+                        }
+                        PoolKind::Exclusive => self.totals.empty_bytes += page_size,
+                        PoolKind::Virtual => {}
                     }
-                    self.totals.empty_bytes += page_size;
                 }
             }
             _ => {}

@@ -19,11 +19,16 @@ pub(crate) enum SliceState {
 
 /// Which requests a sliced page serves. Small and large requests never share
 /// a page, so long-lived small slices do not pin the space large ones free.
+/// The virtual range serves every request of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SizeClass {
     Small,
     Large,
+    Virtual,
 }
+
+/// How many size classes there are (free indexes and per-class totals).
+pub(crate) const CLASSES: usize = 3;
 
 impl SizeClass {
     /// The position of the class's free index.
@@ -31,6 +36,7 @@ impl SizeClass {
         match self {
             SizeClass::Small => 0,
             SizeClass::Large => 1,
+            SizeClass::Virtual => 2,
         }
     }
 }

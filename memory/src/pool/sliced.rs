@@ -46,6 +46,11 @@ impl Pools {
     /// Frees a held slice of a sliced page, merging it with free neighbours.
     /// Returns whether the page now holds nothing.
     pub(crate) fn release_sliced(&mut self, key: u32) -> bool {
+        self.release_and_merge(key).0
+    }
+
+    /// Like `release_sliced`, also returning the key of the merged free slice.
+    pub(crate) fn release_and_merge(&mut self, key: u32) -> (bool, u32) {
         let emptied = self.set_held(key, SliceState::Free);
         let index = &mut self.index[self.slices[key].class.index()];
         let next = self.slices[key].next;
@@ -73,7 +78,7 @@ impl Pools {
             key = prev;
         }
         index.insert(&mut self.slices, key);
-        emptied
+        (emptied, key)
     }
 
     /// Takes the free slices of `pages` out of the index (a compaction must

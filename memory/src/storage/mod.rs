@@ -1,7 +1,10 @@
 //! What a backend gives the memory manager: the [`Storage`] trait and its handles.
 //!
 //! A backend learns what it must provide from this file alone: allocate a
-//! buffer, give it back, and say its alignment and its largest buffer.
+//! buffer, give it back, and say its alignment and its largest buffer. A
+//! storage that can map memory into reserved address ranges (CUDA's virtual
+//! memory management, or a bookkeeping storage) also says so, and the
+//! manager then places requests in one range backed chunk by chunk.
 
 mod bookkeeping;
 mod host;
@@ -49,6 +52,50 @@ pub trait Storage: Send {
         let _ = id;
         true
     }
+
+    /// The granularity (a power of two) at which this storage maps buffers
+    /// into address ranges, or `None` if it cannot; then the manager uses
+    /// pages only and never calls the range methods below.
+    fn map_granularity(&self) -> Option<u64> {
+        None
+    }
+
+    /// Reserves an address range of `size` bytes with no memory behind it;
+    /// slices of it are located like slices of a buffer. It holds no memory,
+    /// so it counts toward no limit.
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        Err(IoError::unknown(format!(
+            "this storage cannot reserve an address range ({size} bytes)"
+        )))
+    }
+
+    /// Gives a range back; whatever is still mapped in it is unmapped first.
+    fn release_range(&mut self, range: StorageId) {
+        let _ = range;
+    }
+
+    /// Maps `size` bytes of `buffer` at `buffer_offset` into `range` at
+    /// `range_offset` (all multiples of the granularity); the bytes keep their
+    /// contents and move with the mapping.
+    fn map(
+        &mut self,
+        range: StorageId,
+        range_offset: u64,
+        buffer: StorageId,
+        buffer_offset: u64,
+        size: u64,
+    ) -> Result<(), IoError> {
+        let _ = (range, range_offset, buffer, buffer_offset);
+        Err(IoError::unknown(format!(
+            "this storage cannot map memory ({size} bytes)"
+        )))
+    }
+
+    /// Unmaps `size` bytes of `range` at `range_offset`, returning them to the
+    /// buffer they came from.
+    fn unmap(&mut self, range: StorageId, range_offset: u64, size: u64) {
+        let _ = (range, range_offset, size);
+    }
 }
 
 impl<S: Storage + ?Sized> Storage for Box<S> {
@@ -70,5 +117,32 @@ impl<S: Storage + ?Sized> Storage for Box<S> {
 
     fn contains(&self, id: StorageId) -> bool {
         (**self).contains(id)
+    }
+
+    fn map_granularity(&self) -> Option<u64> {
+        (**self).map_granularity()
+    }
+
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        (**self).reserve_range(size)
+    }
+
+    fn release_range(&mut self, range: StorageId) {
+        (**self).release_range(range)
+    }
+
+    fn map(
+        &mut self,
+        range: StorageId,
+        range_offset: u64,
+        buffer: StorageId,
+        buffer_offset: u64,
+        size: u64,
+    ) -> Result<(), IoError> {
+        (**self).map(range, range_offset, buffer, buffer_offset, size)
+    }
+
+    fn unmap(&mut self, range: StorageId, range_offset: u64, size: u64) {
+        (**self).unmap(range, range_offset, size)
     }
 }

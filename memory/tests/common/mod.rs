@@ -27,6 +27,26 @@ pub fn small_config(limit: u64) -> MemoryConfig {
         exclusive_threshold: 512 * KIB,
         exclusive_max_waste_percent: 25,
         idle_percent: 60,
+        virtual_memory: true,
+        chunk_size: CHUNK,
+        max_block_chunks: 4,
+    }
+}
+
+/// The chunk of `small_config`'s virtual range.
+pub const CHUNK: u64 = 64 * KIB;
+
+/// A bookkeeping storage that can map at 16 KiB, so a manager with
+/// `small_config` places requests in its virtual range.
+pub fn mapping_storage() -> BookkeepingStorage {
+    BookkeepingStorage::new(256).with_map_granularity(Some(16 * KIB))
+}
+
+/// A manager on a mapping bookkeeping storage with `small_config(limit)`.
+pub fn virtual_manager(limit: u64) -> MemoryManager<BookkeepingStorage> {
+    match MemoryManager::new(mapping_storage(), small_config(limit)) {
+        Ok(manager) => manager,
+        Err(e) => panic!("a valid config is accepted: {e}"),
     }
 }
 
