@@ -49,6 +49,7 @@ fn missing(slot: Option<&Slot>, version: u64) -> Reason {
 }
 
 impl AllocationTable {
+    #[inline]
     pub(crate) fn insert(&mut self, allocation: Allocation) -> AllocationId {
         self.live += 1;
         if let Some(slot) = self.vacant.pop() {
@@ -70,6 +71,7 @@ impl AllocationTable {
         AllocationId(slot)
     }
 
+    #[inline]
     pub(crate) fn get(&self, id: AllocationId) -> Result<&Allocation, Reason> {
         let (slot, version) = split(id);
         match self.slots.get(slot) {
@@ -93,6 +95,7 @@ impl AllocationTable {
         }
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, id: AllocationId) -> Result<Allocation, Reason> {
         let (slot, version) = split(id);
         match self.slots.get(slot) {

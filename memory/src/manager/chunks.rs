@@ -101,6 +101,7 @@ impl Bits {
 
 impl VirtualSpace {
     /// The range chunks that `offset..offset + size` touches: `first..end`.
+    #[inline]
     fn touched(&self, offset: u64, size: u64) -> (usize, usize) {
         let first = offset >> self.shift;
         let end = ((offset + size.max(1) - 1) >> self.shift) + 1;
@@ -108,6 +109,7 @@ impl VirtualSpace {
     }
 
     /// The range chunks wholly inside `offset..offset + size`: `first..end`.
+    #[inline]
     fn inside(&self, offset: u64, size: u64) -> (usize, usize) {
         let below = (1u64 << self.shift) - 1;
         let first = (offset + below) >> self.shift;
@@ -116,6 +118,7 @@ impl VirtualSpace {
     }
 
     /// Marks the touched chunks busy (no longer idle); the bitsets cover them.
+    #[inline]
     fn mark_busy(&mut self, first: usize, end: usize) {
         if first / 64 == (end - 1) / 64 {
             let word = first / 64;
@@ -128,6 +131,7 @@ impl VirtualSpace {
     }
 
     /// Grows the bitsets to cover chunks `..end`.
+    #[inline]
     fn cover(&mut self, end: usize) {
         if self.mapped.0.len() * 64 < end {
             self.mapped.grow_to(end);
@@ -138,6 +142,7 @@ impl VirtualSpace {
     /// Marks the mapped chunks of `first..end` idle. Chunks past the last
     /// word of `mapped` were never mapped, so the walk stops there (the free
     /// slice at the range's end spans most of its address space).
+    #[inline]
     fn mark_idle(&mut self, first: usize, end: usize) {
         let end = end.min(self.mapped.0.len() * 64);
         if first >= end {
@@ -154,6 +159,7 @@ impl VirtualSpace {
     }
 
     /// The first chunk of `first..end` that is not mapped; the bitsets cover them.
+    #[inline]
     fn first_unmapped(&self, first: usize, end: usize) -> Option<usize> {
         if first >= end {
             return None;

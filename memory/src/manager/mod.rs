@@ -7,7 +7,7 @@ mod placement;
 mod report;
 
 use crate::allocations::{Allocation, AllocationTable};
-use crate::pool::{Pools, SliceState};
+use crate::pool::{Pools, SizeClass, SliceState};
 use crate::snapshot::PoolKind;
 use crate::streams::Streams;
 use crate::{
@@ -172,6 +172,10 @@ impl<S: Storage> MemoryManager<S> {
 
     /// Gives a slice back to its pool.
     fn release_slice(&mut self, slice: u32) {
+        if self.pools.slices[slice].class == SizeClass::Virtual {
+            self.release_virtual(slice);
+            return;
+        }
         let page = self.pools.slices[slice].page;
         let emptied = match self.pools.pages.get(page).map(|page| page.kind) {
             Some(PoolKind::Sliced) => self.pools.release_sliced(slice),

@@ -236,7 +236,7 @@ impl Storage for BookkeepingStorage {
             target.mapped.resize(granules.end, false);
         }
         let span = &mut target.mapped[granules];
-        if span.contains(&true) {
+        if span.iter().any(|&mapped| mapped) {
             return refuse("already mapped");
         }
         set_all(span, true);
