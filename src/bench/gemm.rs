@@ -2,7 +2,8 @@
 //! the server (`Kernel::Gemm`, no transpose, no bias), against the GEMM
 //! crate called directly on host buffers in the same run.
 //!
-//! The direct reference is one `matrixmultiply::sgemm` call on the same
+//! It first prints the cores' measured FMA peak (`bench::peak`), the
+//! ceiling no GEMM can pass. The direct reference is one `matrixmultiply::sgemm` call on the same
 //! row-major host matrices. Server and direct samples alternate so both see
 //! the same load; each server sample is a launch followed by a wait on its
 //! token.
@@ -25,6 +26,13 @@ pub fn run() -> Result<(), String> {
     let limit = 4 * 3 * largest * largest * 2;
     let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(limit))
         .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let peak = super::peak::fma_peak_gflops(threads);
+    print_line(serde_json::json!({
+        "bench": "fma_peak",
+        "threads": threads,
+        "gflops": peak.map(|g| (g * 10.0).round() / 10.0),
+    }));
     let mut rng = Rng::new(0x6E33);
     for (size, samples) in SIZES {
         measure(&client, &mut rng, size, samples)?;

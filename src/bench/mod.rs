@@ -3,4 +3,5 @@
 pub mod alloc;
 pub mod gemm;
 pub mod optim;
+pub mod peak;
 pub mod roundtrip;
