@@ -77,3 +77,18 @@ fn a_stream_created_by_one_clone_is_usable_by_another() {
     ok(client.sync(stream));
     assert_eq!(ok(other.download_f32(&buffer)), vec![7.0; 16]);
 }
+
+#[test]
+fn launches_sent_far_ahead_of_the_server_all_run_before_the_next_sync() {
+    let client = open();
+    let stream = client.default_stream();
+    // Enough to pass the inbox backlog at which sends start yielding.
+    let launches = 50_000;
+    for _ in 0..launches {
+        ok(client.launch(stream, KernelLaunch::empty()));
+    }
+    ok(client.sync(stream));
+    let stats = ok(client.server_stats());
+    assert_eq!(stats.launches, launches);
+    assert_eq!(stats.empty_kernel_runs, launches);
+}

@@ -138,8 +138,9 @@ pub enum Command {
         stream: StreamId,
         /// Where; `target.size == data.len()`.
         target: Region,
-        /// The bytes.
-        data: Vec<u8>,
+        /// The bytes (a boxed slice: narrower than a `Vec`, and every
+        /// command is as wide as the widest).
+        data: Box<[u8]>,
         /// The answer.
         reply: Reply<()>,
     },
@@ -156,10 +157,11 @@ pub enum Command {
     Copy {
         /// The stream.
         stream: StreamId,
-        /// Read from.
-        source: Region,
+        /// Read from (boxed, as `target`: two regions would make every
+        /// command, launches included, wider).
+        source: Box<Region>,
         /// Written.
-        target: Region,
+        target: Box<Region>,
         /// The answer, once queued.
         reply: Reply<()>,
     },

@@ -209,8 +209,9 @@ pub enum KernelArgs {
     },
     /// GEMM's shape, transposes and epilogue.
     Gemm {
-        /// Shape, transposes, activation.
-        spec: GemmSpec,
+        /// Shape, transposes, activation (boxed: the widest arguments, and
+        /// every launch command is as wide as they are).
+        spec: Box<GemmSpec>,
         /// Whether a bias binding (of `n` elements) comes before `c`.
         bias: bool,
     },
@@ -376,7 +377,7 @@ impl KernelLaunch {
     /// `Gemm`: `c ← act(op(a)·op(b) + bias)` as `spec` describes.
     pub fn gemm(spec: GemmSpec, a: Binding, b: Binding, bias: Option<Binding>, c: Binding) -> Self {
         let args = KernelArgs::Gemm {
-            spec,
+            spec: Box::new(spec),
             bias: bias.is_some(),
         };
         let bindings = match bias {

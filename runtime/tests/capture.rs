@@ -94,11 +94,11 @@ fn while_capturing_other_work_is_refused_transiently_and_nothing_is_queued() {
         harness.write(buffer, vec![0; 4]),
         harness.call(|reply| Command::Copy {
             stream: other,
-            source: region,
-            target: Region {
+            source: Box::new(region),
+            target: Box::new(Region {
                 offset: 8,
                 ..region
-            },
+            }),
             reply,
         }),
         harness

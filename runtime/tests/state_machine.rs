@@ -58,8 +58,8 @@ fn every_entry_point(
             "copy",
             harness.call(|reply| Command::Copy {
                 stream,
-                source: region(buffer, 0),
-                target: region(buffer, 4),
+                source: Box::new(region(buffer, 0)),
+                target: Box::new(region(buffer, 4)),
                 reply,
             }),
         ),

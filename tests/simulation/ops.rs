@@ -147,7 +147,7 @@ impl World {
         let (result, before, after) = self.call(|reply| Command::Write {
             stream,
             target,
-            data: sent,
+            data: sent.into(),
             reply,
         })?;
         let extra = self.transfer_extra(&result);
@@ -252,16 +252,16 @@ impl World {
             let stream = self.clients[index].stream;
             let (result, before, after) = self.call(|reply| Command::Copy {
                 stream,
-                source: Region {
+                source: Box::new(Region {
                     buffer: source,
                     offset: source_offset,
                     size: len,
-                },
-                target: Region {
+                }),
+                target: Box::new(Region {
                     buffer: target,
                     offset: target_offset,
                     size: len,
-                },
+                }),
                 reply,
             })?;
             self.judge(index, "copy", &result, (&before, &after), &[])?;
@@ -406,7 +406,7 @@ impl World {
                 offset: 0,
                 size: 4,
             },
-            data: vec![1, 2, 3, 4],
+            data: vec![1, 2, 3, 4].into(),
             reply,
         })?;
         match &result {

@@ -116,7 +116,7 @@ impl ComputeClient {
     ) -> Result<(), ServerError> {
         self.check_owner(buffer)?;
         let target = buffer.region(offset, bytes.len() as u64);
-        let data = bytes.to_vec();
+        let data = bytes.into();
         self.shared.server.call(|reply| Command::Write {
             stream,
             target,
@@ -179,8 +179,8 @@ impl ComputeClient {
         );
         self.shared.server.call(|reply| Command::Copy {
             stream,
-            source,
-            target,
+            source: Box::new(source),
+            target: Box::new(target),
             reply,
         })
     }

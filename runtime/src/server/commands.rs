@@ -2,7 +2,7 @@
 //! [`ServerCore::handle`]: reservations, transfers, launches, streams,
 //! events, compaction.
 
-use cistern_memory::{AllocationId, AllocationPolicy, BackTrace, IoError, StreamId};
+use cistern_memory::{AllocationId, AllocationPolicy, BackTrace, IoError, SliceLocation, StreamId};
 
 use super::core::{ServerCore, trace_refusal};
 use super::validate::{check_launch, check_strided, regions_overlap};
@@ -51,7 +51,7 @@ impl<B: Backend> ServerCore<B> {
         &mut self,
         stream: StreamId,
         target: Region,
-        data: Vec<u8>,
+        data: Box<[u8]>,
     ) -> Result<(), ServerError> {
         if data.len() as u64 != target.size {
             return Err(ServerError::InvalidArgument {
@@ -66,7 +66,7 @@ impl<B: Backend> ServerCore<B> {
         self.inject_transfer_fault()?;
         let work = StreamWork::Write {
             target: location,
-            data,
+            data: data.into_vec(),
         };
         self.submit(stream, work, &[target.buffer.id])
     }
@@ -131,29 +131,56 @@ impl<B: Backend> ServerCore<B> {
         self.submit(stream, work, &[copy.source.id, copy.target.id])
     }
 
-    /// Launches one kernel or a batch. Nothing is queued unless every call
-    /// passes; a refusal settles the token and latches on the stream.
+    /// Launches one kernel (the hot path: its arguments move, no vector
+    /// of uses). A refusal settles the token and latches on the stream.
     pub(super) fn launch(
+        &mut self,
+        stream: StreamId,
+        launch: KernelLaunch,
+        token: Option<FailureToken>,
+    ) {
+        let token = token.map(|token| PendingToken::new(token, self.ordinal));
+        let bindings = self
+            .gate(stream)
+            .and_then(|()| self.resolve_bindings(&launch));
+        let KernelLaunch {
+            kernel,
+            bindings: bound,
+            args,
+        } = launch;
+        let mut work = match bindings {
+            Ok(bindings) => StreamWork::Launch {
+                launch: ResolvedLaunch {
+                    kernel,
+                    bindings,
+                    args,
+                },
+                token,
+            },
+            Err(error) => return self.refuse_async(stream, token, error),
+        };
+        self.inject_launch_faults(&mut work);
+        let _ = self.submit_using(stream, work, bound.iter().map(|binding| binding.buffer.id));
+    }
+
+    /// Launches a batch. Nothing is queued unless every call passes; a
+    /// refusal settles the token and latches on the stream.
+    pub(super) fn launch_batch(
         &mut self,
         stream: StreamId,
         launches: &[KernelLaunch],
         token: Option<FailureToken>,
-        batch: bool,
     ) {
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
         let mut uses = Vec::new();
-        let prepared = self.gate(stream).and_then(|()| match (batch, launches) {
-            // The hot path: one launch, no batch vector.
-            (false, [launch]) => self.resolve_launch(launch, &mut uses).map(Prepared::One),
-            _ => launches
+        let resolved = self.gate(stream).and_then(|()| {
+            launches
                 .iter()
                 .map(|launch| self.resolve_launch(launch, &mut uses))
                 .collect::<Result<Vec<_>, _>>()
-                .map(Prepared::Many),
         });
-        let mut work = match prepared {
-            Ok(Prepared::One(launch)) => StreamWork::Launch { launch, token },
-            Ok(Prepared::Many(launches)) => StreamWork::Batch {
+        let mut work = match resolved {
+            Ok(launches) => StreamWork::Batch {
                 launches: launches.into(),
                 token,
             },
@@ -168,17 +195,26 @@ impl<B: Backend> ServerCore<B> {
         launch: &KernelLaunch,
         uses: &mut Vec<AllocationId>,
     ) -> Result<ResolvedLaunch, ServerError> {
-        check_launch(launch, |buffer| self.size_of(buffer))?;
-        let mut bindings = Vec::with_capacity(launch.bindings.len());
-        for binding in &launch.bindings {
-            bindings.push(self.slice(binding.buffer.id, binding.offset, binding.size)?);
-            uses.push(binding.buffer.id);
-        }
+        let bindings = self.resolve_bindings(launch)?;
+        uses.extend(launch.bindings.iter().map(|binding| binding.buffer.id));
         Ok(ResolvedLaunch {
             kernel: launch.kernel,
             bindings,
             args: launch.args.clone(),
         })
+    }
+
+    /// Checks a kernel call and resolves its bindings to memory.
+    fn resolve_bindings(
+        &mut self,
+        launch: &KernelLaunch,
+    ) -> Result<Vec<SliceLocation>, ServerError> {
+        check_launch(launch, |buffer| self.size_of(buffer))?;
+        let mut bindings = Vec::with_capacity(launch.bindings.len());
+        for binding in &launch.bindings {
+            bindings.push(self.slice(binding.buffer.id, binding.offset, binding.size)?);
+        }
+        Ok(bindings)
     }
 
     /// Settles the token of refused asynchronous work and latches the
@@ -247,10 +283,4 @@ impl<B: Backend> ServerCore<B> {
         self.memory.commit_compaction(plan)?;
         Ok(report)
     }
-}
-
-/// Launches checked and resolved, before they become stream work.
-enum Prepared {
-    One(ResolvedLaunch),
-    Many(Vec<ResolvedLaunch>),
 }

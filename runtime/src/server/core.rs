@@ -218,7 +218,7 @@ impl<B: Backend> ServerCore<B> {
                 target,
                 reply,
             } => {
-                let result = self.copy(stream, source, target);
+                let result = self.copy(stream, *source, *target);
                 answer(reply, result);
             }
             Command::StridedCopy {
@@ -235,7 +235,7 @@ impl<B: Backend> ServerCore<B> {
                 token,
             } => {
                 self.stats.launches += 1;
-                self.launch(stream, std::slice::from_ref(&launch), token, false);
+                self.launch(stream, launch, token);
             }
             Command::LaunchBatch {
                 stream,
@@ -243,7 +243,7 @@ impl<B: Backend> ServerCore<B> {
                 token,
             } => {
                 self.stats.batches += 1;
-                self.launch(stream, &launches, token, true);
+                self.launch_batch(stream, &launches, token);
             }
             Command::OptimizerStep {
                 stream,
@@ -251,8 +251,7 @@ impl<B: Backend> ServerCore<B> {
                 token,
             } => {
                 self.stats.launches += 1;
-                let launch = (*step).into_launch();
-                self.launch(stream, std::slice::from_ref(&launch), token, false);
+                self.launch(stream, (*step).into_launch(), token);
             }
             Command::CreateStream { reply } => {
                 let result = self.create_stream();
@@ -423,6 +422,16 @@ impl<B: Backend> ServerCore<B> {
         work: StreamWork,
         uses: &[AllocationId],
     ) -> Result<(), ServerError> {
+        self.submit_using(stream, work, uses.iter().copied())
+    }
+
+    /// [`submit`](Self::submit), the uses given as an iterator.
+    pub(super) fn submit_using(
+        &mut self,
+        stream: StreamId,
+        work: StreamWork,
+        uses: impl Iterator<Item = AllocationId>,
+    ) -> Result<(), ServerError> {
         let Some(last) = self.streams.get_mut(&stream) else {
             let error = ServerError::InvalidArgument {
                 message: format!("unknown stream {}", stream.0),
@@ -439,7 +448,7 @@ impl<B: Backend> ServerCore<B> {
             Ok(()) => {
                 for id in uses {
                     // Checked to exist by the caller in this same command.
-                    let recorded = self.memory.record_use(*id, stream, sequence);
+                    let recorded = self.memory.record_use(id, stream, sequence);
                     debug_assert!(recorded.is_ok(), "a checked allocation records its use");
                 }
                 Ok(())

@@ -395,7 +395,7 @@ fn a_handle_of_another_server_or_generation_is_refused() {
         harness.call(|reply| Command::Write {
             stream: DEFAULT_STREAM,
             target: region(buffer),
-            data: vec![0; 4],
+            data: vec![0; 4].into(),
             reply,
         })
     };

@@ -198,17 +198,26 @@ impl ServerHandle {
         self.device
     }
 
-    /// Sends a command without waiting. If the server has ended, the error
-    /// says why (`ServerPanicked`, `ServerGone`).
+    /// Sends a command without waiting (yielding the CPU once first when
+    /// thousands of commands already wait). If the server has ended, the
+    /// error says why (`ServerPanicked`, `ServerGone`).
     pub fn send(&self, command: Command) -> Result<(), ServerError> {
-        self.inbox.send(command).map_err(|_| self.end_reason())
+        if self.inbox.len() > INBOX_BACKLOG {
+            std::thread::yield_now();
+        }
+        self.enqueue(command)
     }
 
     /// Sends the command `make` builds around a fresh reply, and waits for the answer.
     pub fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, ServerError> {
         let (reply, answer) = reply_channel();
-        self.send(make(reply))?;
+        // A caller that waits cannot build a backlog: no yield.
+        self.enqueue(make(reply))?;
         self.wait(&answer)
+    }
+
+    fn enqueue(&self, command: Command) -> Result<(), ServerError> {
+        self.inbox.send(command).map_err(|_| self.end_reason())
     }
 
     /// Waits for an answer; a reply dropped unanswered means the server ended.
@@ -255,3 +264,9 @@ fn poll_briefly(commands: &Receiver<Command>) -> Result<Command, TryRecvError> {
 
 /// Polls before an idle flush: about a microsecond.
 const IDLE_POLLS: u32 = 256;
+
+/// Commands waiting in a server's inbox past which [`ServerHandle::send`]
+/// yields once before queueing: a client far ahead of its server otherwise
+/// grows the inbox into fresh, cold memory that both threads then pay for.
+/// One yield, never a wait, so no sender can deadlock on it.
+const INBOX_BACKLOG: usize = 4096;

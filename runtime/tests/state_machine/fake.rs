@@ -229,7 +229,7 @@ impl Harness {
         self.call(|reply| Command::Write {
             stream: DEFAULT_STREAM,
             target,
-            data,
+            data: data.into(),
             reply,
         })
     }

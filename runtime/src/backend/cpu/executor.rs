@@ -116,7 +116,8 @@ pub(super) enum Task {
         reply: Reply<()>,
     },
     Fail {
-        error: ServerError,
+        /// Boxed: rare, and as wide as every other job would become.
+        error: Box<ServerError>,
     },
 }
 
@@ -268,7 +269,7 @@ impl StreamExecutor {
                     event.wait();
                 }
             }
-            Task::Fail { error } => self.latch(error),
+            Task::Fail { error } => self.latch(*error),
         }
         self.done = sequence;
         if self.done - self.reported >= REPORT_EVERY {

@@ -149,7 +149,7 @@ fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
             cistern_kernels::activation_backward(activation, x, grad_out, grad_in)
                 .map_err(refused)?;
         }
-        (Kernel::Gemm, &KernelArgs::Gemm { spec, bias }) => gemm(&b, &spec, bias, refused)?,
+        (Kernel::Gemm, KernelArgs::Gemm { spec, bias }) => gemm(&b, spec, *bias, refused)?,
         (Kernel::ColumnSum, &KernelArgs::ColumnSum { rows, cols }) => {
             let (rows, cols) = (index(rows)?, index(cols)?);
             cistern_kernels::column_sum(b.read(0)?, rows, cols, b.write(1)?).map_err(refused)?;

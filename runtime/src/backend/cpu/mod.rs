@@ -68,9 +68,10 @@ impl CpuBackend {
         (backend, HostStorage::with_alignment(CPU_ALIGNMENT))
     }
 
-    /// Resolves `work`'s locations to host memory; hands it back on failure.
+    /// Resolves `work`'s locations to host memory (and its events to
+    /// `events`); hands it back on failure.
     fn resolve_task(
-        &mut self,
+        events: &mut IdMap<EventId, Arc<CpuEvent>>,
         storage: &HostStorage,
         work: StreamWork,
     ) -> Result<Task, Box<Refused>> {
@@ -116,9 +117,14 @@ impl CpuBackend {
                     return refused(error, work);
                 }
             },
-            StreamWork::Launch { launch, token } => match cpu_launch(storage, &launch) {
-                Ok(resolved) => Task::Launch {
-                    launch: resolved,
+            StreamWork::Launch { launch, token } => match host_slices(storage, &launch.bindings) {
+                // The arguments move: no clone on the per-launch path.
+                Ok(bindings) => Task::Launch {
+                    launch: CpuLaunch {
+                        kernel: launch.kernel,
+                        bindings,
+                        args: launch.args,
+                    },
                     token,
                 },
                 Err(error) => return refused(error, StreamWork::Launch { launch, token }),
@@ -135,10 +141,10 @@ impl CpuBackend {
             }
             StreamWork::RecordEvent { event } => {
                 let cell = Arc::new(CpuEvent::default());
-                self.events.insert(event, cell.clone());
+                events.insert(event, cell.clone());
                 Task::Record(EventSignal(cell))
             }
-            StreamWork::WaitEvent { event } => match self.events.get(&event) {
+            StreamWork::WaitEvent { event } => match events.get(&event) {
                 Some(cell) => Task::Wait(cell.clone()),
                 None => {
                     let error = ServerError::InvalidArgument {
@@ -148,7 +154,9 @@ impl CpuBackend {
                 }
             },
             StreamWork::Sync { reply } => Task::Sync { reply },
-            StreamWork::Fail { error } => Task::Fail { error },
+            StreamWork::Fail { error } => Task::Fail {
+                error: Box::new(error),
+            },
         })
     }
 }
@@ -195,13 +203,20 @@ fn cpu_launches(
 fn cpu_launch(storage: &HostStorage, launch: &ResolvedLaunch) -> Result<CpuLaunch, ServerError> {
     Ok(CpuLaunch {
         kernel: launch.kernel,
-        bindings: launch
-            .bindings
-            .iter()
-            .map(|location| HostSlice::resolve(storage, *location))
-            .collect::<Result<_, _>>()?,
+        bindings: host_slices(storage, &launch.bindings)?,
         args: launch.args.clone(),
     })
+}
+
+fn host_slices(
+    storage: &HostStorage,
+    locations: &[SliceLocation],
+) -> Result<Vec<HostSlice>, ServerError> {
+    let mut slices = Vec::with_capacity(locations.len());
+    for location in locations {
+        slices.push(HostSlice::resolve(storage, *location)?);
+    }
+    Ok(slices)
 }
 
 impl Backend for CpuBackend {
@@ -256,25 +271,28 @@ impl Backend for CpuBackend {
         sequence: u64,
         work: StreamWork,
     ) -> Result<(), Box<Refused>> {
-        if !self.executors.contains_key(&stream) {
+        let Some(queue) = self.executors.get_mut(&stream) else {
             let error = ServerError::InvalidArgument {
                 message: format!("unknown stream {}", stream.0),
             };
             return Err(Box::new(Refused { error, work }));
-        }
-        let task = self.resolve_task(storage, work)?;
+        };
+        let task = Self::resolve_task(&mut self.events, storage, work)?;
         // A caller waits on these, perhaps for work gathered on other
         // streams (an event): send everything at once.
         let urgent = matches!(task, Task::Sync { .. } | Task::Read { .. });
-        let ordinal = self.ordinal;
-        if let Some(queue) = self.executors.get_mut(&stream) {
-            queue.pending.push(Job { sequence, task });
-            queue.last_sequence = sequence;
-            if urgent {
-                self.flush();
-            } else if queue.pending.len() >= FLUSH_AT {
-                send_pending(ordinal, stream, queue);
-            }
+        if queue.pending.len() == queue.pending.capacity() && !queue.pending.is_empty() {
+            // Grow once to a whole batch, not by doubling through it.
+            queue
+                .pending
+                .reserve_exact(FLUSH_AT.saturating_sub(queue.pending.len()).max(1));
+        }
+        queue.pending.push(Job { sequence, task });
+        queue.last_sequence = sequence;
+        if urgent {
+            self.flush();
+        } else if queue.pending.len() >= FLUSH_AT {
+            send_pending(self.ordinal, stream, queue);
         }
         Ok(())
     }
