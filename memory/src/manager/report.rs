@@ -15,13 +15,14 @@ impl<S: Storage> MemoryManager<S> {
         let totals = &self.pools.totals;
         let counters = &self.counters;
         let (mut inactive_split, mut empty) = (0, 0);
-        for (_, page) in self.pools.pages.iter() {
+        for (key, page) in self.pools.pages.iter() {
             if page.kind == PoolKind::Virtual {
-                // Its free space is address space; the blocks' is counted below.
+                // Its free space is address space; the blocks' is counted here.
                 let blocks = self.space.as_ref().map_or(0, |space| space.reserved);
                 let empty_blocks = self.space.as_ref().map_or(0, |s| s.empty_block_bytes());
                 empty += empty_blocks;
-                inactive_split += blocks.saturating_sub(page.held_bytes + empty_blocks);
+                let held = self.pools.held_bytes(key);
+                inactive_split += blocks.saturating_sub(held + empty_blocks);
             } else if page.held_slices == 0 {
                 empty += page.size;
             } else {

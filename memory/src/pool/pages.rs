@@ -67,7 +67,9 @@ impl Pools {
 
     /// Whether the page holds no slice that is in use, pending or targeted.
     pub(crate) fn is_empty_page(&self, page: u32) -> bool {
-        self.pages.get(page).is_some_and(|p| p.held_slices == 0)
+        self.pages
+            .get(page)
+            .is_some_and(|p| p.kind != PoolKind::Virtual && p.held_slices == 0)
     }
 
     /// Removes an empty page and returns it (its storage is the caller's to
@@ -231,6 +233,12 @@ impl Pools {
     /// keeping the page's counts in step. Returns whether the page now holds
     /// nothing.
     pub(crate) fn set_held(&mut self, slice: u32, state: SliceState) -> bool {
+        if self.slices[slice].class == SizeClass::Virtual {
+            // The virtual range is never empty nor released as a page: its
+            // counts are not kept (`held_bytes` walks it when asked).
+            self.slices[slice].state = state;
+            return false;
+        }
         let was_held = self.slices[slice].state != SliceState::Free;
         let is_held = state != SliceState::Free;
         self.slices[slice].state = state;
@@ -293,5 +301,21 @@ impl Iterator for PageSlices<'_> {
         let slice = self.pools.slices[key];
         self.next = slice.next;
         Some((key, slice))
+    }
+}
+
+impl Pools {
+    /// Bytes of a page's slices that are not free. Kept as a count for
+    /// pages; walked for the virtual range, whose count is not kept.
+    pub(crate) fn held_bytes(&self, page: u32) -> u64 {
+        match self.pages.get(page) {
+            Some(record) if record.kind == PoolKind::Virtual => self
+                .page_slices(page)
+                .filter(|(_, slice)| slice.state != SliceState::Free)
+                .map(|(_, slice)| slice.size)
+                .sum(),
+            Some(record) => record.held_bytes,
+            None => 0,
+        }
     }
 }

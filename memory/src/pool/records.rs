@@ -109,7 +109,8 @@ pub(crate) struct Page {
     pub(crate) kind: PoolKind,
     /// The slice at offset 0; the others follow by `next`.
     pub(crate) first: u32,
-    /// Slices that are not free (allocated, pending or compaction targets).
+    /// Slices that are not free (allocated, pending or compaction targets),
+    /// and their bytes; not kept for the virtual range (see `Pools::held_bytes`).
     pub(crate) held_slices: u32,
     pub(crate) held_bytes: u64,
     /// The requests its slices serve (sliced pages; exclusive pages say large).
