@@ -3,10 +3,7 @@
 
 mod common;
 
-use cistern_memory::{
-    AllocationPolicy, BackTrace, BookkeepingStorage, IoError, MemoryManager, PoolKind, Storage,
-    StorageHandle, StorageId,
-};
+use cistern_memory::{AllocationPolicy, IoError, MemoryManager, PoolKind, Storage};
 use common::*;
 
 fn pools_of(m: &MemoryManager<impl Storage>) -> Vec<PoolKind> {
@@ -189,66 +186,10 @@ fn release_all_gives_back_the_range_and_every_block() {
     m.free(fresh).expect("live");
 }
 
-/// A mapping storage whose maps fail while `fail_maps` is set.
-struct FlakyMaps {
-    inner: BookkeepingStorage,
-    fail_maps: bool,
-}
-
-impl Storage for FlakyMaps {
-    fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError> {
-        self.inner.alloc(size)
-    }
-    fn dealloc(&mut self, id: StorageId) {
-        self.inner.dealloc(id)
-    }
-    fn alignment(&self) -> u64 {
-        self.inner.alignment()
-    }
-    fn max_buffer_size(&self) -> u64 {
-        self.inner.max_buffer_size()
-    }
-    fn contains(&self, id: StorageId) -> bool {
-        self.inner.contains(id)
-    }
-    fn map_granularity(&self) -> Option<u64> {
-        self.inner.map_granularity()
-    }
-    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, IoError> {
-        self.inner.reserve_range(size)
-    }
-    fn release_range(&mut self, range: StorageId) {
-        self.inner.release_range(range)
-    }
-    fn map(
-        &mut self,
-        range: StorageId,
-        range_offset: u64,
-        buffer: StorageId,
-        buffer_offset: u64,
-        size: u64,
-    ) -> Result<(), IoError> {
-        if self.fail_maps {
-            return Err(IoError::OutOfMemory {
-                size,
-                backtrace: BackTrace::none(),
-            });
-        }
-        self.inner
-            .map(range, range_offset, buffer, buffer_offset, size)
-    }
-    fn unmap(&mut self, range: StorageId, range_offset: u64, size: u64) {
-        self.inner.unmap(range, range_offset, size)
-    }
-}
-
 #[test]
 fn a_failed_map_leaves_the_manager_as_it_was() {
-    let storage = FlakyMaps {
-        inner: mapping_storage(),
-        fail_maps: false,
-    };
-    let mut m = MemoryManager::new(storage, small_config(4 * MIB)).expect("valid");
+    let mut m =
+        MemoryManager::new(FailingStorage::mapping(), small_config(4 * MIB)).expect("valid");
     let kept = reserve(&mut m, 3 * CHUNK);
     let before = m.stats();
     m.storage_mut().fail_maps = true;

@@ -86,12 +86,15 @@ pub fn locate<S: Storage>(
     }
 }
 
-/// A storage whose allocations fail with `error` once `remaining` have succeeded.
+/// A storage whose allocations fail with `error` once `remaining` have
+/// succeeded, and whose maps fail with it while `fail_maps` is set.
 pub struct FailingStorage {
     /// The storage that does the work.
     pub inner: BookkeepingStorage,
     /// Allocations left before it fails.
     pub remaining: u64,
+    /// Whether maps fail.
+    pub fail_maps: bool,
     /// What it fails with.
     pub error: IoError,
 }
@@ -102,10 +105,19 @@ impl FailingStorage {
         FailingStorage {
             inner: BookkeepingStorage::new(256),
             remaining,
+            fail_maps: false,
             error: IoError::OutOfMemory {
                 size: 0,
                 backtrace: BackTrace::none(),
             },
+        }
+    }
+
+    /// A storage that maps (like `mapping_storage`) and fails nothing yet.
+    pub fn mapping() -> Self {
+        FailingStorage {
+            inner: mapping_storage(),
+            ..FailingStorage::failing_after(u64::MAX)
         }
     }
 }
@@ -133,5 +145,36 @@ impl Storage for FailingStorage {
 
     fn contains(&self, id: StorageId) -> bool {
         self.inner.contains(id)
+    }
+
+    fn map_granularity(&self) -> Option<u64> {
+        self.inner.map_granularity()
+    }
+
+    fn reserve_range(&mut self, size: u64) -> Result<StorageHandle, IoError> {
+        self.inner.reserve_range(size)
+    }
+
+    fn release_range(&mut self, range: StorageId) {
+        self.inner.release_range(range)
+    }
+
+    fn map(
+        &mut self,
+        range: StorageId,
+        range_offset: u64,
+        buffer: StorageId,
+        buffer_offset: u64,
+        size: u64,
+    ) -> Result<(), IoError> {
+        if self.fail_maps {
+            return Err(self.error.clone());
+        }
+        self.inner
+            .map(range, range_offset, buffer, buffer_offset, size)
+    }
+
+    fn unmap(&mut self, range: StorageId, range_offset: u64, size: u64) {
+        self.inner.unmap(range, range_offset, size)
     }
 }
