@@ -13,6 +13,7 @@ mod fault;
 mod graph;
 mod ids;
 mod kernel;
+mod oneshot;
 mod optimizer;
 mod server;
 pub mod sync;

@@ -8,16 +8,21 @@ pub use crossbeam_channel::{
 };
 pub use parking_lot::{Condvar, Mutex, MutexGuard};
 
+pub use crate::oneshot::{OneshotReceiver, OneshotSender, oneshot};
+
 /// The sending half of a one-shot reply: a command that answers carries one.
 ///
 /// A dropped reply (its server or executor ended) is seen by the waiting
 /// receiver as a disconnect, never as a hang.
-pub type Reply<T> = Sender<Result<T, crate::ServerError>>;
+pub type Reply<T> = OneshotSender<Result<T, crate::ServerError>>;
 
-/// A reply channel for one answer: the sender goes into the command, the
-/// caller waits on the receiver.
-pub fn reply_channel<T>() -> (Reply<T>, Receiver<Result<T, crate::ServerError>>) {
-    bounded(1)
+/// Where the caller waits for a [`Reply`].
+pub type Answer<T> = OneshotReceiver<Result<T, crate::ServerError>>;
+
+/// A reply for one answer: the sender goes into the command, the caller
+/// waits on the receiver.
+pub fn reply_channel<T>() -> (Reply<T>, Answer<T>) {
+    oneshot()
 }
 
 /// How long a thread that expects an answer soon polls before it sleeps.
@@ -27,9 +32,35 @@ pub fn reply_channel<T>() -> (Reply<T>, Receiver<Result<T, crate::ServerError>>)
 /// trip has three hops, so the waits on it poll (yielding the CPU) this long first.
 pub const PATIENCE: std::time::Duration = std::time::Duration::from_micros(50);
 
+/// What [`recv_patiently`] can wait on: a channel or a one-shot reply.
+pub trait Receive<T> {
+    /// The value if one is there now.
+    fn try_recv(&self) -> Result<T, TryRecvError>;
+    /// Sleeps until a value comes or the sender goes.
+    fn recv(&self) -> Result<T, RecvError>;
+}
+
+impl<T> Receive<T> for Receiver<T> {
+    fn try_recv(&self) -> Result<T, TryRecvError> {
+        Receiver::try_recv(self)
+    }
+    fn recv(&self) -> Result<T, RecvError> {
+        Receiver::recv(self)
+    }
+}
+
+impl<T> Receive<T> for OneshotReceiver<T> {
+    fn try_recv(&self) -> Result<T, TryRecvError> {
+        OneshotReceiver::try_recv(self)
+    }
+    fn recv(&self) -> Result<T, RecvError> {
+        OneshotReceiver::recv(self)
+    }
+}
+
 /// Receives like [`Receiver::recv`], but polls for `patience` before sleeping.
 pub fn recv_patiently<T>(
-    receiver: &Receiver<T>,
+    receiver: &impl Receive<T>,
     patience: std::time::Duration,
 ) -> Result<T, RecvError> {
     let mut spins = 0u32;

@@ -138,7 +138,7 @@ impl World {
 /// Takes an answer if one came; a reply dropped unanswered, or answered
 /// twice, is a lost or duplicated reply.
 fn once<T>(
-    answer: &cistern::runtime::sync::Receiver<Result<T, ServerError>>,
+    answer: &cistern::runtime::sync::Answer<T>,
     what: &str,
     step: usize,
 ) -> Result<Option<Result<T, ServerError>>, Failure> {

@@ -2,8 +2,8 @@
 //! last written, filled or copied, the replies it still waits for, and the
 //! error codes each context state may answer with.
 
-use cistern::runtime::sync::Receiver;
-use cistern::runtime::{BufferRef, ContextState, ErrorCode, FailureToken, ServerError, StreamId};
+use cistern::runtime::sync::Answer;
+use cistern::runtime::{BufferRef, ContextState, ErrorCode, FailureToken, StreamId};
 
 /// A seeded SplitMix64: the only source of choices in a run.
 pub struct Rng(u64);
@@ -48,18 +48,18 @@ pub struct Buffer {
 /// A reply or token a client still waits for.
 pub enum Pending {
     Read {
-        answer: Receiver<Result<Vec<u8>, ServerError>>,
+        answer: Answer<Vec<u8>>,
         expected: Vec<Option<u8>>,
         generation: u64,
         step: usize,
     },
     Sync {
-        answer: Receiver<Result<(), ServerError>>,
+        answer: Answer<()>,
         generation: u64,
         step: usize,
     },
     Invalidate {
-        answer: Receiver<Result<ContextState, ServerError>>,
+        answer: Answer<ContextState>,
         generation: u64,
         step: usize,
     },

@@ -23,9 +23,8 @@ use cistern_memory::StreamId;
 use super::context::ContextState;
 use super::core::{ServerCore, answer};
 use super::probe::{PROBE_ATTEMPTS, Probe, ProbeStatus};
-use crate::ServerError;
 use crate::backend::{Backend, StreamWork};
-use crate::sync::{Receiver, Reply, TryRecvError, reply_channel};
+use crate::sync::{Answer, Reply, TryRecvError, reply_channel};
 
 /// How long a drain, or one probe attempt, may take before the context is
 /// declared unrecoverable, unless the device's options say otherwise.
@@ -69,7 +68,7 @@ struct RecoveryRun {
 enum Phase {
     /// Streams whose drain marker is not answered yet.
     Draining {
-        pending: Vec<(StreamId, Receiver<Result<(), ServerError>>)>,
+        pending: Vec<(StreamId, Answer<()>)>,
     },
     Probing(Probe),
 }
@@ -213,11 +212,7 @@ impl<B: Backend> ServerCore<B> {
         }
     }
 
-    fn poll_drain(
-        &mut self,
-        pending: &mut Vec<(StreamId, Receiver<Result<(), ServerError>>)>,
-        expired: bool,
-    ) -> Progress {
+    fn poll_drain(&mut self, pending: &mut Vec<(StreamId, Answer<()>)>, expired: bool) -> Progress {
         let mut lost = None;
         // Any answer, the stream's latched error or the device's fault
         // included, means the stream reached its marker (and the executor

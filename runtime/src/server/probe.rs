@@ -13,7 +13,7 @@ use super::inject::trap;
 use crate::backend::{Backend, ResolvedLaunch, StreamWork};
 use crate::failure::PendingToken;
 use crate::fault::ProbeFault;
-use crate::sync::{Receiver, TryRecvError, reply_channel};
+use crate::sync::{Answer, TryRecvError, reply_channel};
 use crate::{DEFAULT_STREAM, FailureToken, Kernel, KernelArgs, ServerError};
 
 /// The probe's allocation, in bytes.
@@ -29,7 +29,7 @@ pub(super) struct Probe {
     pub(super) attempt: u32,
     allocation: AllocationId,
     token: FailureToken,
-    read: Receiver<Result<Vec<u8>, ServerError>>,
+    read: Answer<Vec<u8>>,
     expected: Vec<u8>,
 }
 

@@ -13,7 +13,7 @@ use cistern_memory::{
 use super::{ContextState, ServerCore};
 use crate::backend::{Backend, Completion, DeviceCounters, Refused, StreamWork, StrideLayout};
 use crate::command::{BufferRef, EventId, Region, ServerId, StridedCopy};
-use crate::sync::{Mutex, Receiver, Reply, Sender, TryRecvError, reply_channel, unbounded};
+use crate::sync::{Answer, Mutex, Reply, Sender, TryRecvError, reply_channel, unbounded};
 use crate::{
     Binding, Command, DEFAULT_STREAM, Device, ErrorCode, FailureToken, FaultPlan, KernelLaunch,
     ServerError,
@@ -107,10 +107,7 @@ impl Harness {
     }
 
     /// Handles the command `make` builds and returns where its answer will arrive.
-    fn send<T>(
-        &mut self,
-        make: impl FnOnce(Reply<T>) -> Command,
-    ) -> Receiver<Result<T, ServerError>> {
+    fn send<T>(&mut self, make: impl FnOnce(Reply<T>) -> Command) -> Answer<T> {
         let (reply, answer) = reply_channel();
         self.core.handle(make(reply));
         answer

@@ -15,7 +15,7 @@ use crate::command::{Command, ServerId};
 use crate::device::default_cpu_memory_limit;
 use crate::fault::panic_message;
 use crate::sync::{
-    Condvar, Mutex, PATIENCE, Receiver, RecvTimeoutError, Reply, Sender, TryRecvError,
+    Answer, Condvar, Mutex, PATIENCE, Receiver, RecvTimeoutError, Reply, Sender, TryRecvError,
     recv_patiently, reply_channel, unbounded,
 };
 use crate::{Device, DeviceOptions, ServerError};
@@ -221,7 +221,7 @@ impl ServerHandle {
     }
 
     /// Waits for an answer; a reply dropped unanswered means the server ended.
-    pub fn wait<T>(&self, answer: &Receiver<Result<T, ServerError>>) -> Result<T, ServerError> {
+    pub fn wait<T>(&self, answer: &Answer<T>) -> Result<T, ServerError> {
         recv_patiently(answer, PATIENCE).unwrap_or_else(|_| Err(self.end_reason()))
     }
 

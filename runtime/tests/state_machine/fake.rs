@@ -14,7 +14,7 @@ use cistern_memory::{
 use cistern_runtime::backend::{
     Backend, Completion, DeviceCounters, Refused, ResolvedLaunch, StreamWork, StrideLayout,
 };
-use cistern_runtime::sync::{Mutex, Receiver, Reply, Sender, reply_channel, unbounded};
+use cistern_runtime::sync::{Answer, Mutex, Reply, Sender, reply_channel, unbounded};
 use cistern_runtime::{
     BufferRef, Command, ContextState, DEFAULT_STREAM, Device, EventId, FaultPlan, Kernel,
     KernelArgs, Region, ServerCore, ServerError, ServerId,
@@ -180,10 +180,7 @@ impl Harness {
     }
 
     /// Handles the command `make` builds; returns where its answer arrives.
-    pub fn send<T>(
-        &mut self,
-        make: impl FnOnce(Reply<T>) -> Command,
-    ) -> Receiver<Result<T, ServerError>> {
+    pub fn send<T>(&mut self, make: impl FnOnce(Reply<T>) -> Command) -> Answer<T> {
         let (reply, answer) = reply_channel();
         self.core.handle(make(reply));
         answer
@@ -259,7 +256,7 @@ impl Harness {
         assert!(self.state().is_poisoned());
     }
 
-    pub fn invalidate(&mut self, seen: u64) -> Receiver<Result<ContextState, ServerError>> {
+    pub fn invalidate(&mut self, seen: u64) -> Answer<ContextState> {
         self.send(|reply| Command::Invalidate {
             seen_generation: seen,
             reply,
