@@ -46,7 +46,7 @@ pub struct MemoryConfig {
     /// storage's map granularity (else the manager uses pages only).
     pub chunk_size: u64,
     /// Most chunks in one buffer allocated to back chunks. Buffers grow with
-    /// the bytes held (an eighth of them) from one chunk up to this many.
+    /// the bytes held (a sixteenth of them) from one chunk up to this many.
     pub max_block_chunks: u64,
 }
 
