@@ -28,7 +28,6 @@ pub(super) struct VirtualSpace {
     idle: Bits,
     /// Per range chunk: the (block, chunk) mapped there while its bit is set.
     backing: Vec<(u32, u32)>,
-    mapped_chunks: u64,
     blocks: Vec<Option<Block>>,
     vacant: Vec<u32>,
     /// A bit per block key: set while the block has a free chunk.
@@ -42,6 +41,17 @@ struct Block {
     storage: StorageId,
     chunks: u32,
     free: Vec<u32>,
+}
+
+impl Block {
+    /// Whether none of its chunks is mapped.
+    fn is_unused(&self) -> bool {
+        self.free.len() == self.chunks as usize
+    }
+
+    fn bytes(&self, shift: u32) -> u64 {
+        u64::from(self.chunks) << shift
+    }
 }
 
 /// A growable bitset.
@@ -79,17 +89,26 @@ impl Bits {
         (u64::MAX >> (64 - (hi - lo))) << lo
     }
 
-    /// The words of bits `first..end`, each with the mask of its bits in range.
-    fn spans(first: usize, end: usize) -> impl Iterator<Item = (usize, u64)> {
-        let words = if first < end {
-            first / 64..(end - 1) / 64 + 1
-        } else {
-            0..0
-        };
-        words.map(move |word| {
+    /// Calls `visit` with each word of bits `first..end` and the mask of its
+    /// bits in range, until it returns something. Most spans are one word,
+    /// which takes no loop.
+    #[inline]
+    fn scan<R>(
+        first: usize,
+        end: usize,
+        mut visit: impl FnMut(usize, u64) -> Option<R>,
+    ) -> Option<R> {
+        if first >= end {
+            return None;
+        }
+        let (first_word, last_word) = (first / 64, (end - 1) / 64);
+        if first_word == last_word {
+            return visit(first_word, Bits::mask(first % 64, end - first_word * 64));
+        }
+        (first_word..=last_word).find_map(|word| {
             let lo = (word * 64).max(first) - word * 64;
             let hi = ((word + 1) * 64).min(end) - word * 64;
-            (word, Bits::mask(lo, hi))
+            visit(word, Bits::mask(lo, hi))
         })
     }
 
@@ -120,14 +139,10 @@ impl VirtualSpace {
     /// Marks the touched chunks busy (no longer idle); the bitsets cover them.
     #[inline]
     fn mark_busy(&mut self, first: usize, end: usize) {
-        if first / 64 == (end - 1) / 64 {
-            let word = first / 64;
-            self.idle.0[word] &= !Bits::mask(first % 64, end - word * 64);
-            return;
-        }
-        for (word, mask) in Bits::spans(first, end) {
+        Bits::scan(first, end, |word, mask| {
             self.idle.0[word] &= !mask;
-        }
+            None::<()>
+        });
     }
 
     /// Grows the bitsets to cover chunks `..end`.
@@ -145,31 +160,16 @@ impl VirtualSpace {
     #[inline]
     fn mark_idle(&mut self, first: usize, end: usize) {
         let end = end.min(self.mapped.0.len() * 64);
-        if first >= end {
-            return;
-        }
-        if first / 64 == (end - 1) / 64 {
-            let word = first / 64;
-            self.idle.0[word] |= self.mapped.0[word] & Bits::mask(first % 64, end - word * 64);
-            return;
-        }
-        for (word, mask) in Bits::spans(first, end) {
+        Bits::scan(first, end, |word, mask| {
             self.idle.0[word] |= self.mapped.0[word] & mask;
-        }
+            None::<()>
+        });
     }
 
     /// The first chunk of `first..end` that is not mapped; the bitsets cover them.
     #[inline]
     fn first_unmapped(&self, first: usize, end: usize) -> Option<usize> {
-        if first >= end {
-            return None;
-        }
-        if first / 64 == (end - 1) / 64 {
-            let word = first / 64;
-            let unmapped = !self.mapped.0[word] & Bits::mask(first % 64, end - word * 64);
-            return (unmapped != 0).then(|| word * 64 + unmapped.trailing_zeros() as usize);
-        }
-        Bits::spans(first, end).find_map(|(word, mask)| {
+        Bits::scan(first, end, |word, mask| {
             let unmapped = !self.mapped.0[word] & mask;
             (unmapped != 0).then(|| word * 64 + unmapped.trailing_zeros() as usize)
         })
@@ -227,14 +227,11 @@ impl VirtualSpace {
     fn take_empty_blocks(&mut self) -> Vec<(StorageId, u64)> {
         let mut taken = Vec::new();
         for key in 0..self.blocks.len() {
-            let empty = self.blocks[key]
-                .as_ref()
-                .is_some_and(|block| block.free.len() == block.chunks as usize);
-            if !empty {
+            if !self.blocks[key].as_ref().is_some_and(Block::is_unused) {
                 continue;
             }
             if let Some(block) = self.blocks[key].take() {
-                let bytes = u64::from(block.chunks) << self.shift;
+                let bytes = block.bytes(self.shift);
                 self.reserved -= bytes;
                 self.vacant.push(key as u32);
                 self.with_free.clear(key);
@@ -249,14 +246,15 @@ impl VirtualSpace {
         self.blocks
             .iter()
             .flatten()
-            .filter(|block| block.free.len() == block.chunks as usize)
-            .map(|block| u64::from(block.chunks) << self.shift)
+            .filter(|block| block.is_unused())
+            .map(|block| block.bytes(self.shift))
             .sum()
     }
 
     /// Bytes of chunks mapped into the range now (idle ones included).
     pub(super) fn mapped_bytes(&self) -> u64 {
-        self.mapped_chunks << self.shift
+        let chunks: u32 = self.mapped.0.iter().map(|word| word.count_ones()).sum();
+        u64::from(chunks) << self.shift
     }
 
     /// Blocks held now.
@@ -271,7 +269,7 @@ impl VirtualSpace {
         self.blocks
             .drain(..)
             .flatten()
-            .map(|block| (block.storage, u64::from(block.chunks) << shift))
+            .map(|block| (block.storage, block.bytes(shift)))
             .collect()
     }
 }
@@ -340,7 +338,6 @@ impl<S: Storage> MemoryManager<S> {
             mapped: Bits::default(),
             idle: Bits::default(),
             backing: Vec::new(),
-            mapped_chunks: 0,
             blocks: Vec::new(),
             vacant: Vec::new(),
             with_free: Bits::default(),
@@ -396,7 +393,6 @@ impl<S: Storage> MemoryManager<S> {
             space.backing.resize(slot + 1, (0, 0));
         }
         space.backing[slot] = (block, chunk);
-        space.mapped_chunks += 1;
         Ok(())
     }
 
@@ -422,7 +418,6 @@ impl<S: Storage> MemoryManager<S> {
         let slot = space.find_idle()?;
         space.idle.clear(slot);
         space.mapped.clear(slot);
-        space.mapped_chunks -= 1;
         let backing = *space.backing.get(slot)?;
         let (range, shift) = (space.range, space.shift);
         self.storage
@@ -522,9 +517,10 @@ mod tests {
         for (first, end) in [(0, 0), (0, 1), (3, 70), (64, 128), (63, 65), (5, 200)] {
             let mut bits = Bits::default();
             bits.grow_to(256);
-            for (word, mask) in Bits::spans(first, end) {
+            Bits::scan(first, end, |word, mask| {
                 bits.0[word] |= mask;
-            }
+                None::<()>
+            });
             for bit in 0..256 {
                 assert_eq!(
                     bits.get(bit),
