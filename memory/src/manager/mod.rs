@@ -180,12 +180,9 @@ impl<S: Storage> MemoryManager<S> {
         let emptied = match self.pools.pages.get(page).map(|page| page.kind) {
             Some(PoolKind::Sliced) => self.pools.release_sliced(slice),
             Some(PoolKind::Exclusive) => self.pools.release_exclusive(slice),
-            Some(PoolKind::Virtual) => {
-                self.release_virtual(slice);
-                false
-            }
-            None => {
-                debug_assert!(false, "a held slice has a page");
+            // Virtual-range slices returned above, by their class.
+            Some(PoolKind::Virtual) | None => {
+                debug_assert!(false, "a held page slice has a sliced or exclusive page");
                 false
             }
         };
