@@ -70,9 +70,7 @@ impl BookkeepingStorage {
         let shift = granularity.trailing_zeros();
         let first = (offset >> shift) as usize;
         let last = ((offset + size.max(1) - 1) >> shift) as usize;
-        self.ranges
-            .iter()
-            .find(|r| r.id == range)
+        self.range(range)
             .and_then(|r| r.mapped.get(first..=last))
             .is_some_and(|span| span.iter().all(|&mapped| mapped))
     }
@@ -86,6 +84,10 @@ impl BookkeepingStorage {
     fn new_id(&mut self, size: Option<u64>) -> StorageId {
         self.held.push(size);
         StorageId(self.held.len() as u64 - 1)
+    }
+
+    fn range(&self, id: StorageId) -> Option<&Range> {
+        self.ranges.iter().find(|range| range.id == id)
     }
 
     fn range_mut(&mut self, id: StorageId) -> Option<&mut Range> {
@@ -173,7 +175,7 @@ impl Storage for BookkeepingStorage {
     }
 
     fn contains(&self, id: StorageId) -> bool {
-        self.size_of(id).is_some() || self.ranges.iter().any(|range| range.id == id)
+        self.size_of(id).is_some() || self.range(id).is_some()
     }
 
     fn map_granularity(&self) -> Option<u64> {
