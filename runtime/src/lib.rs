@@ -12,6 +12,7 @@ mod failure;
 mod fault;
 mod graph;
 mod ids;
+mod inbox;
 mod kernel;
 mod oneshot;
 mod optimizer;

@@ -8,6 +8,7 @@ pub use crossbeam_channel::{
 };
 pub use parking_lot::{Condvar, Mutex, MutexGuard};
 
+pub use crate::inbox::{InboxReceiver, InboxSender, Waited, inbox};
 pub use crate::oneshot::{OneshotReceiver, OneshotSender, oneshot};
 
 /// The sending half of a one-shot reply: a command that answers carries one.

@@ -171,6 +171,24 @@ impl<B: Backend> ServerCore<B> {
         )
         .entered();
         match command {
+            Command::Launch {
+                stream,
+                launch,
+                token,
+            } => {
+                self.stats.launches += 1;
+                self.launch(stream, launch, token);
+                Flow::Continue
+            }
+            other => self.dispatch(other),
+        }
+    }
+
+    /// Every command but the hot `Launch`, kept out of line so the launch
+    /// path's frame stays small.
+    #[inline(never)]
+    fn dispatch(&mut self, command: Command) -> Flow {
+        match command {
             Command::Reserve {
                 size,
                 policy,

@@ -15,7 +15,7 @@ use crate::command::{Command, ServerId};
 use crate::device::default_cpu_memory_limit;
 use crate::fault::panic_message;
 use crate::sync::{
-    Answer, Condvar, Mutex, PATIENCE, Receiver, RecvTimeoutError, Reply, Sender, TryRecvError,
+    Answer, Condvar, InboxReceiver, InboxSender, Mutex, PATIENCE, Reply, Waited, inbox,
     recv_patiently, reply_channel, unbounded,
 };
 use crate::{Device, DeviceOptions, ServerError};
@@ -72,7 +72,7 @@ pub fn next_server_id() -> ServerId {
 pub fn spawn<B: Backend>(core: ServerCore<B>) -> Result<ServerHandle, ServerError> {
     let device = core.backend().device();
     let id = core.id();
-    let (inbox, commands) = unbounded();
+    let (inbox, commands) = inbox();
     let end = Arc::new(ServerEnd::default());
     let thread_end = end.clone();
     std::thread::Builder::new()
@@ -90,39 +90,33 @@ pub fn spawn<B: Backend>(core: ServerCore<B>) -> Result<ServerHandle, ServerErro
     })
 }
 
-fn serve<B: Backend>(mut core: ServerCore<B>, commands: Receiver<Command>, end: &ServerEnd) {
+fn serve<B: Backend>(mut core: ServerCore<B>, commands: InboxReceiver<Command>, end: &ServerEnd) {
     let ordinal = core.backend().device().ordinal();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let mut batch = Vec::new();
         loop {
-            let command = match commands.try_recv().or_else(|_| poll_briefly(&commands)) {
-                Ok(command) => command,
-                Err(_) => {
-                    // About to wait: let the device start what was gathered.
-                    core.flush();
-                    if core.is_recovering() {
-                        match commands.recv_timeout(RECOVERY_TICK) {
-                            Ok(command) => command,
-                            Err(RecvTimeoutError::Timeout) => {
-                                core.tick(Instant::now());
-                                continue;
-                            }
-                            Err(RecvTimeoutError::Disconnected) => break,
-                        }
-                    } else {
-                        match recv_patiently(&commands, PATIENCE) {
-                            Ok(command) => command,
-                            Err(_) => break,
-                        }
-                    }
+            if commands.take(&mut batch) == 0 && !poll_briefly(&commands) {
+                // About to wait: let the device start what was gathered.
+                core.flush();
+                let tick = core.is_recovering().then_some(RECOVERY_TICK);
+                match commands.wait(PATIENCE, tick) {
+                    Waited::Ready => {}
+                    Waited::TimedOut => core.tick(Instant::now()),
+                    Waited::Abandoned => break,
                 }
-            };
-            if core.handle(command) == Flow::Stop {
-                break;
+                continue;
             }
-            // Under a steady stream of commands the idle tick never comes:
-            // a recovery's time bound is checked here too.
-            if core.is_recovering() {
-                core.tick(Instant::now());
+            for command in batch.drain(..) {
+                if core.handle(command) == Flow::Stop {
+                    // What followed the shutdown is dropped unanswered:
+                    // its callers read why the server ended.
+                    return;
+                }
+                // Under a steady stream of commands the idle tick never
+                // comes: a recovery's time bound is checked here too.
+                if core.is_recovering() {
+                    core.tick(Instant::now());
+                }
             }
         }
     }));
@@ -183,7 +177,7 @@ impl ServerEnd {
 pub struct ServerHandle {
     id: ServerId,
     device: Device,
-    inbox: Sender<Command>,
+    inbox: InboxSender<Command>,
     end: Arc<ServerEnd>,
 }
 
@@ -250,16 +244,15 @@ impl Drop for ServerHandle {
 
 /// Polls `commands` a little before the server counts as idle, so a client
 /// that is just slower than the server does not make it flush (and wake an
-/// executor) after every command.
-fn poll_briefly(commands: &Receiver<Command>) -> Result<Command, TryRecvError> {
+/// executor) after every command. True if something came.
+fn poll_briefly(commands: &InboxReceiver<Command>) -> bool {
     for _ in 0..IDLE_POLLS {
         std::hint::spin_loop();
-        match commands.try_recv() {
-            Err(TryRecvError::Empty) => continue,
-            other => return other,
+        if commands.has_queued() {
+            return true;
         }
     }
-    Err(TryRecvError::Empty)
+    false
 }
 
 /// Polls before an idle flush: about a microsecond.
