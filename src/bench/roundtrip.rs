@@ -3,25 +3,34 @@
 //!
 //! Prints JSON lines: the reference channel (ping-pong latency and one-way
 //! rate), a bare three-thread ring (a diagnostic: the round trip's topology
-//! without the server), the blocking round trip of a sync on an idle stream (client →
-//! server → the stream's executor → client), a command the server answers
-//! itself (a diagnostic: two hops), and the rate of asynchronous
-//! empty-kernel launches followed by one sync, and a captured graph of 64
-//! empty-kernel launches replayed against the same launches sent one by
-//! one (issue 6). The run fails unless the server served exactly the
-//! commands sent and the device ran exactly the empty kernels launched.
+//! without the server), the blocking round trip of a sync on an idle stream
+//! (answered by the server: two hops), a command the server answers
+//! itself (a diagnostic), and the rate of asynchronous empty-kernel
+//! launches followed by one sync, and a captured graph of 64 empty-kernel
+//! launches replayed against the same launches sent one by one (issue 6).
+//! The run fails unless the server served exactly the commands sent and
+//! the device ran exactly the empty kernels launched.
+//!
+//! The reference and the server are measured in alternating blocks, so a
+//! change in the machine's speed during the run (these machines have slow
+//! spells lasting minutes) reaches both sides of each ratio alike.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use cistern_client::ComputeClient;
-use cistern_runtime::sync::{PATIENCE, recv_patiently, unbounded};
+use cistern_runtime::sync::{PATIENCE, Receiver, Sender, recv_patiently, unbounded};
 use cistern_runtime::{Device, DeviceOptions, KernelLaunch, StreamId};
 
 const WARMUP: usize = 10_000;
 const ROUND_TRIPS: usize = 200_000;
 const ONE_WAY_MESSAGES: usize = 2_000_000;
 const SUBMITS: usize = 1_000_000;
+/// Alternating blocks each side of a ratio is measured in.
+const BLOCKS: usize = 20;
+/// Round trips at the start of each block that are not sampled (the
+/// other side's threads may have gone to sleep meanwhile).
+const BLOCK_WARMUP: usize = 500;
 /// Launches in the replayed graph.
 const GRAPH_LAUNCHES: usize = 64;
 /// Replays (and as many rounds of direct launches) per trial.
@@ -31,17 +40,50 @@ const REPLAY_TRIALS: usize = 3;
 
 /// Runs the benchmark and prints its JSON lines.
 pub fn run() -> Result<(), String> {
-    let channel = channel_ping_pong()?;
-    let one_way = channel_one_way()?;
+    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(64 << 20))
+        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    let stream = client.default_stream();
+    for _ in 0..WARMUP {
+        client.sync(stream).map_err(error("sync"))?;
+    }
+
+    // Latency: channel ping-pong and server round trips, block by block.
+    let echo = Echo::spawn();
+    let (mut channel_samples, mut server_samples) = (Vec::new(), Vec::new());
+    for _ in 0..BLOCKS {
+        echo.ping_pong(ROUND_TRIPS / BLOCKS, &mut channel_samples)?;
+        timed_block(ROUND_TRIPS / BLOCKS, &mut server_samples, || {
+            client.sync(stream).map_err(error("sync"))
+        })?;
+    }
+    echo.stop()?;
+
+    // Throughput: channel one-way and launches, block by block.
+    let (mut channel_time, mut submit_time) = (0.0, 0.0);
+    for _ in 0..BLOCKS {
+        channel_time += channel_one_way(ONE_WAY_MESSAGES / BLOCKS)?;
+        let start = Instant::now();
+        for _ in 0..SUBMITS / BLOCKS {
+            client
+                .launch(stream, KernelLaunch::empty())
+                .map_err(error("launch"))?;
+        }
+        client.sync(stream).map_err(error("sync"))?;
+        submit_time += start.elapsed().as_secs_f64();
+    }
+    let one_way = (ONE_WAY_MESSAGES / BLOCKS * BLOCKS) as f64 / channel_time;
+    let submits_per_s = (SUBMITS / BLOCKS * BLOCKS) as f64 / submit_time;
+
+    let channel = Percentiles::of(channel_samples);
     print_line(serde_json::json!({
         "bench": "channel",
         "p50_ns": channel.p50,
         "p99_ns": channel.p99,
-        "msgs_per_s": one_way,
+        "msgs_per_s": one_way.round(),
     }));
 
-    // Diagnostic: the bare cost of the round trip's topology, three threads
-    // in a ring, waiting the way the server's threads do.
+    // Diagnostic: the bare cost of a three-thread ring (client, server,
+    // executor), waiting the way the server's threads do.
     let ring = channel_ring(3)?;
     print_line(serde_json::json!({
         "bench": "channel_ring3",
@@ -49,20 +91,7 @@ pub fn run() -> Result<(), String> {
         "p99_ns": ring.p99,
     }));
 
-    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(64 << 20))
-        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
-    let stream = client.default_stream();
-
-    for _ in 0..WARMUP {
-        client.sync(stream).map_err(error("sync"))?;
-    }
-    let mut samples = Vec::with_capacity(ROUND_TRIPS);
-    for _ in 0..ROUND_TRIPS {
-        let start = Instant::now();
-        client.sync(stream).map_err(error("sync"))?;
-        samples.push(nanos(start.elapsed()));
-    }
-    let roundtrip = Percentiles::of(samples);
+    let roundtrip = Percentiles::of(server_samples);
     print_line(serde_json::json!({
         "bench": "roundtrip",
         "p50_ns": roundtrip.p50,
@@ -72,13 +101,14 @@ pub fn run() -> Result<(), String> {
         "p50_vs_ring3": ratio(roundtrip.p50, ring.p50),
     }));
 
-    // Diagnostic: a command the server answers itself (two hops, no executor).
+    // Diagnostic: a command the server answers itself, with no stream.
     let mut samples = Vec::with_capacity(ROUND_TRIPS);
-    for _ in 0..ROUND_TRIPS {
-        let start = Instant::now();
-        client.server_stats().map_err(error("server_stats"))?;
-        samples.push(nanos(start.elapsed()));
-    }
+    timed_block(ROUND_TRIPS, &mut samples, || {
+        client
+            .server_stats()
+            .map(drop)
+            .map_err(error("server_stats"))
+    })?;
     let answered = Percentiles::of(samples);
     print_line(serde_json::json!({
         "bench": "server_answer",
@@ -87,29 +117,23 @@ pub fn run() -> Result<(), String> {
         "p50_vs_channel": ratio(answered.p50, channel.p50),
     }));
 
-    let start = Instant::now();
-    for _ in 0..SUBMITS {
-        client
-            .launch(stream, KernelLaunch::empty())
-            .map_err(error("launch"))?;
-    }
-    client.sync(stream).map_err(error("sync"))?;
-    let elapsed = start.elapsed().as_secs_f64();
-    let submits_per_s = SUBMITS as f64 / elapsed;
-
     let stats = client.server_stats().map_err(error("server_stats"))?;
-    let syncs = (WARMUP + ROUND_TRIPS + 1) as u64;
-    let sent = syncs + ROUND_TRIPS as u64 + SUBMITS as u64 + 1;
-    if stats.commands != sent || stats.syncs != syncs || stats.launches != SUBMITS as u64 {
+    let blocks = BLOCKS as u64;
+    let launches = SUBMITS as u64 / blocks * blocks;
+    let timed_syncs = (BLOCK_WARMUP + ROUND_TRIPS / BLOCKS) as u64 * blocks;
+    let syncs = WARMUP as u64 + timed_syncs + blocks;
+    let stats_calls = (BLOCK_WARMUP + ROUND_TRIPS) as u64 + 1;
+    let sent = syncs + stats_calls + launches;
+    if stats.commands != sent || stats.syncs != syncs || stats.launches != launches {
         return Err(format!(
             "the server served {} commands ({} syncs, {} launches); {sent} were sent \
-             ({syncs} syncs, {SUBMITS} launches)",
+             ({syncs} syncs, {launches} launches)",
             stats.commands, stats.syncs, stats.launches
         ));
     }
-    if stats.empty_kernel_runs != SUBMITS as u64 {
+    if stats.empty_kernel_runs != launches {
         return Err(format!(
-            "the device ran the empty kernel {} times; {SUBMITS} were launched",
+            "the device ran the empty kernel {} times; {launches} were launched",
             stats.empty_kernel_runs
         ));
     }
@@ -122,6 +146,22 @@ pub fn run() -> Result<(), String> {
     }));
 
     replay(&client, stream)
+}
+
+/// Times `rounds` calls of `work`, pushing each time after the block's warm-up.
+fn timed_block(
+    rounds: usize,
+    samples: &mut Vec<u64>,
+    mut work: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    for round in 0..BLOCK_WARMUP + rounds {
+        let start = Instant::now();
+        work()?;
+        if round >= BLOCK_WARMUP {
+            samples.push(nanos(start.elapsed()));
+        }
+    }
+    Ok(())
 }
 
 /// A graph of `GRAPH_LAUNCHES` empty kernels replayed, against the same
@@ -189,29 +229,46 @@ fn round2(value: f64) -> f64 {
     (value * 100.0).round() / 100.0
 }
 
-/// Latency of a message there and back between two threads.
-fn channel_ping_pong() -> Result<Percentiles, String> {
-    let (ping, pinged) = unbounded::<u64>();
-    let (pong, ponged) = unbounded::<u64>();
-    let echo = thread::spawn(move || {
-        while let Ok(value) = pinged.recv() {
-            if pong.send(value).is_err() {
-                break;
+/// A thread that sends back every message: the reference round trip.
+struct Echo {
+    ping: Sender<u64>,
+    ponged: Receiver<u64>,
+    thread: thread::JoinHandle<()>,
+}
+
+impl Echo {
+    fn spawn() -> Echo {
+        let (ping, pinged) = unbounded::<u64>();
+        let (pong, ponged) = unbounded::<u64>();
+        let thread = thread::spawn(move || {
+            while let Ok(value) = pinged.recv() {
+                if pong.send(value).is_err() {
+                    break;
+                }
             }
-        }
-    });
-    let mut samples = Vec::with_capacity(ROUND_TRIPS);
-    for round in 0..WARMUP + ROUND_TRIPS {
-        let start = Instant::now();
-        ping.send(round as u64).map_err(|_| "echo thread ended")?;
-        ponged.recv().map_err(|_| "echo thread ended")?;
-        if round >= WARMUP {
-            samples.push(nanos(start.elapsed()));
+        });
+        Echo {
+            ping,
+            ponged,
+            thread,
         }
     }
-    drop(ping);
-    echo.join().map_err(|_| "echo thread panicked")?;
-    Ok(Percentiles::of(samples))
+
+    /// Times `rounds` messages there and back.
+    fn ping_pong(&self, rounds: usize, samples: &mut Vec<u64>) -> Result<(), String> {
+        timed_block(rounds, samples, || {
+            self.ping.send(0).map_err(|_| "echo thread ended")?;
+            self.ponged.recv().map_err(|_| "echo thread ended")?;
+            Ok(())
+        })
+    }
+
+    fn stop(self) -> Result<(), String> {
+        drop(self.ping);
+        self.thread
+            .join()
+            .map_err(|_| "echo thread panicked".to_string())
+    }
 }
 
 /// Latency of a message around a ring of `threads` threads (the caller
@@ -249,8 +306,9 @@ fn channel_ring(threads: usize) -> Result<Percentiles, String> {
     Ok(Percentiles::of(samples))
 }
 
-/// Messages per second from one thread to another.
-fn channel_one_way() -> Result<f64, String> {
+/// Seconds to send `messages` from one thread to another (until the
+/// receiver has them all).
+fn channel_one_way(messages: usize) -> Result<f64, String> {
     let (sender, receiver) = unbounded::<u64>();
     let sink = thread::spawn(move || {
         let mut received = 0usize;
@@ -260,16 +318,16 @@ fn channel_one_way() -> Result<f64, String> {
         received
     });
     let start = Instant::now();
-    for message in 0..ONE_WAY_MESSAGES {
+    for message in 0..messages {
         sender.send(message as u64).map_err(|_| "sink ended")?;
     }
     drop(sender);
     let received = sink.join().map_err(|_| "sink panicked")?;
     let elapsed = start.elapsed().as_secs_f64();
-    if received != ONE_WAY_MESSAGES {
-        return Err(format!("{received} of {ONE_WAY_MESSAGES} messages arrived"));
+    if received != messages {
+        return Err(format!("{received} of {messages} messages arrived"));
     }
-    Ok((ONE_WAY_MESSAGES as f64 / elapsed).round())
+    Ok(elapsed)
 }
 
 struct Percentiles {
