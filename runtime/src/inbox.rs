@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+/// Items a drained queue keeps room for when it goes back to the sender.
+pub const KEPT_CAPACITY: usize = 8192;
+
 struct State<T> {
     queue: Vec<T>,
     /// The receiver is gone: sends are refused.
@@ -120,13 +123,15 @@ impl<T> Drop for InboxSender<T> {
 }
 
 impl<T> InboxReceiver<T> {
-    /// Moves everything queued into `batch` (which should be empty; its
-    /// capacity becomes the sender's next queue). Returns how many.
+    /// Moves everything queued into `batch` (which should be empty; it
+    /// becomes the sender's next queue, trimmed to [`KEPT_CAPACITY`] so a
+    /// burst does not pin its memory). Returns how many.
     pub fn take(&self, batch: &mut Vec<T>) -> usize {
         debug_assert!(batch.is_empty(), "a batch is taken into an empty vector");
         if self.shared.queued.load(Ordering::Acquire) == 0 {
             return 0;
         }
+        batch.shrink_to(KEPT_CAPACITY);
         let mut state = self.shared.state.lock();
         std::mem::swap(&mut state.queue, batch);
         self.shared.queued.store(0, Ordering::Relaxed);
@@ -223,6 +228,23 @@ mod tests {
         assert!(sender.is_empty());
         batch.clear();
         assert_eq!(receiver.take(&mut batch), 0);
+    }
+
+    #[test]
+    fn a_burst_does_not_pin_its_memory_once_taken() {
+        let (sender, receiver) = inbox();
+        for item in 0..4 * KEPT_CAPACITY {
+            sender.send(item).unwrap();
+        }
+        let mut batch = Vec::new();
+        receiver.take(&mut batch);
+        batch.clear();
+        sender.send(0).unwrap();
+        // The burst's vector goes back to the sender, trimmed.
+        receiver.take(&mut batch);
+        let queue_capacity = receiver.shared.state.lock().queue.capacity();
+        assert!(queue_capacity <= KEPT_CAPACITY, "kept {queue_capacity}");
+        assert_eq!(batch, vec![0]);
     }
 
     #[test]
