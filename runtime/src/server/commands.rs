@@ -131,14 +131,16 @@ impl<B: Backend> ServerCore<B> {
         self.submit(stream, work, &[copy.source.id, copy.target.id])
     }
 
-    /// Launches one kernel (the hot path: its arguments move, no vector
-    /// of uses). A refusal settles the token and latches on the stream.
+    /// Launches one kernel, counted in `stats.launches` (the hot path: its
+    /// arguments move, no vector of uses). A refusal settles the token and
+    /// latches on the stream.
     pub(super) fn launch(
         &mut self,
         stream: StreamId,
         launch: KernelLaunch,
         token: Option<FailureToken>,
     ) {
+        self.stats.launches += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
         let bindings = self
             .gate(stream)

@@ -176,7 +176,6 @@ impl<B: Backend> ServerCore<B> {
                 launch,
                 token,
             } => {
-                self.stats.launches += 1;
                 self.launch(stream, launch, token);
                 Flow::Continue
             }
@@ -251,10 +250,7 @@ impl<B: Backend> ServerCore<B> {
                 stream,
                 launch,
                 token,
-            } => {
-                self.stats.launches += 1;
-                self.launch(stream, launch, token);
-            }
+            } => self.launch(stream, launch, token),
             Command::LaunchBatch {
                 stream,
                 launches,
@@ -267,10 +263,7 @@ impl<B: Backend> ServerCore<B> {
                 stream,
                 step,
                 token,
-            } => {
-                self.stats.launches += 1;
-                self.launch(stream, (*step).into_launch(), token);
-            }
+            } => self.launch(stream, (*step).into_launch(), token),
             Command::CreateStream { reply } => {
                 let result = self.create_stream();
                 answer(reply, result);
