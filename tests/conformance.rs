@@ -88,6 +88,7 @@ conformance_tests! {
     memory::reclaim_releases_empty_pages_and_memory_stays_usable,
     death::a_server_panic_fails_calls_in_flight_and_every_later_call,
     death::a_shut_down_server_answers_server_gone,
+    death::calls_queued_behind_a_shutdown_answer_server_gone,
     capture::a_replayed_graph_matches_the_launches_run_directly,
     capture::a_graph_keeps_its_memory_until_its_last_handle_drops,
     capture::compaction_never_moves_what_a_graph_holds,

@@ -63,6 +63,28 @@ pub fn a_shut_down_server_answers_server_gone(device: Device) {
     drop(buffer);
 }
 
+pub fn calls_queued_behind_a_shutdown_answer_server_gone(device: Device) {
+    let client = open(device);
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let client = client.clone();
+            thread::spawn(move || hammer(client))
+        })
+        .collect();
+    // Let the workers get going, so commands queue behind the shutdown.
+    while ok(client.server_stats(), "server_stats").commands < 200 {
+        thread::yield_now();
+    }
+    ok(client.shutdown(), "shutdown");
+    for worker in workers {
+        let (_, error) = match worker.join() {
+            Ok(seen) => seen,
+            Err(_) => panic!("a client thread panicked"),
+        };
+        assert_eq!(error.map(|e| e.code()), Some(ErrorCode::ServerGone));
+    }
+}
+
 pub fn opening_an_absent_device_is_unavailable() {
     for device in [Device::Cpu(9), Device::Cuda(0), Device::Wgpu(0)] {
         let opened = ComputeClient::open(device, DeviceOptions::default()).map(|_| ());
