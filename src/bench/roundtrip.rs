@@ -26,6 +26,8 @@ const WARMUP: usize = 10_000;
 const ROUND_TRIPS: usize = 200_000;
 const ONE_WAY_MESSAGES: usize = 2_000_000;
 const SUBMITS: usize = 1_000_000;
+/// Launches of the diagnostic that binds memory.
+const BOUND_SUBMITS: usize = 500_000;
 /// Alternating blocks each side of a ratio is measured in.
 const BLOCKS: usize = 20;
 /// Round trips at the start of each block that are not sampled (the
@@ -145,7 +147,50 @@ pub fn run() -> Result<(), String> {
         "empty_kernel_runs": stats.empty_kernel_runs,
     }));
 
-    replay(&client, stream)
+    replay(&client, stream)?;
+    bound_submits(&client, stream)
+}
+
+/// Diagnostic: launches that bind memory (`Fill` of a 16-float buffer),
+/// the shape of a training program's launches, checked against the
+/// device's count of kernels run.
+fn bound_submits(client: &ComputeClient, stream: StreamId) -> Result<(), String> {
+    let buffer = client.upload_f32(&[0.0; 16]).map_err(error("upload"))?;
+    client.sync(stream).map_err(error("sync"))?;
+    let kernels_run = || {
+        client
+            .server_stats()
+            .map(|stats| stats.kernels_run)
+            .map_err(error("server_stats"))
+    };
+    let before = kernels_run()?;
+    let start = Instant::now();
+    for launch in 0..BOUND_SUBMITS {
+        let fill = KernelLaunch::fill(buffer.whole(), launch as f32);
+        client.launch(stream, fill).map_err(error("launch"))?;
+    }
+    client.sync(stream).map_err(error("sync"))?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let ran = kernels_run()? - before;
+    if ran != BOUND_SUBMITS as u64 {
+        return Err(format!(
+            "the device ran {ran} kernels; {BOUND_SUBMITS} fills were launched"
+        ));
+    }
+    let last = client.download_f32(&buffer).map_err(error("download"))?;
+    let expected = (BOUND_SUBMITS - 1) as f32;
+    if last.iter().any(|value| *value != expected) {
+        return Err(format!(
+            "the buffer holds {last:?} after the last fill of {expected}"
+        ));
+    }
+    print_line(serde_json::json!({
+        "bench": "submit_bound",
+        "bindings": 1,
+        "commands_per_s": (BOUND_SUBMITS as f64 / elapsed).round(),
+        "kernels_run": ran,
+    }));
+    Ok(())
 }
 
 /// Times `rounds` calls of `work`, pushing each time after the block's warm-up.

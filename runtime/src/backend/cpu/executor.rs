@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cistern_memory::{BackTrace, DevicePoison, StreamId};
 
+use super::binding_lists::SpentLists;
 use super::event::{CpuEvent, EventSignal};
 use super::kernels::{self, CpuLaunch, KernelFault, LaunchError, caught};
 use super::memory::HostSlice;
@@ -160,6 +161,8 @@ impl StreamProgress {
 pub(super) struct StreamExecutor {
     pub(super) stream: StreamId,
     pub(super) jobs: Receiver<Vec<Job>>,
+    /// Single launches' emptied host-slice lists, going back to the server.
+    lists: SpentLists,
     pub(super) device: Arc<DeviceState>,
     pub(super) completions: Sender<Completion>,
     pub(super) progress: Arc<StreamProgress>,
@@ -172,6 +175,7 @@ impl StreamExecutor {
     pub(super) fn new(
         stream: StreamId,
         jobs: Receiver<Vec<Job>>,
+        lists: SpentLists,
         device: Arc<DeviceState>,
         completions: Sender<Completion>,
         progress: Arc<StreamProgress>,
@@ -179,6 +183,7 @@ impl StreamExecutor {
         StreamExecutor {
             stream,
             jobs,
+            lists,
             device,
             completions,
             progress,
@@ -206,6 +211,7 @@ impl StreamExecutor {
             for job in jobs {
                 self.execute(job);
             }
+            self.lists.send();
         }
         self.report(None);
     }
@@ -261,6 +267,7 @@ impl StreamExecutor {
             }),
             Task::Launch { launch, token } => {
                 self.launches(sequence, std::slice::from_ref(&launch), token);
+                self.lists.give(launch.bindings);
             }
             Task::Batch { launches, token } => self.launches(sequence, &launches, token),
             Task::Record(signal) => drop(signal),

@@ -1,5 +1,6 @@
 //! The CPU backend: host memory, one executor thread per stream.
 
+mod binding_lists;
 mod event;
 mod executor;
 mod kernels;
@@ -13,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use cistern_memory::{HostStorage, IoError, SliceLocation, StreamId};
 
+use self::binding_lists::{SpareLists, binding_lists};
 use self::event::{CpuEvent, EventSignal};
 use self::executor::{DeviceState, Job, StreamExecutor, StreamProgress, Task};
 use self::kernels::CpuLaunch;
@@ -35,6 +37,8 @@ pub const CPU_ALIGNMENT: u64 = 256;
 struct StreamQueue {
     jobs: Sender<Vec<Job>>,
     pending: Vec<Job>,
+    /// Host-slice lists for single launches, recycled by the executor.
+    lists: SpareLists,
     /// The sequence of the last job accepted for this stream.
     last_sequence: u64,
     progress: Arc<StreamProgress>,
@@ -72,6 +76,7 @@ impl CpuBackend {
     /// `events`); hands it back on failure.
     fn resolve_task(
         events: &mut IdMap<EventId, Arc<CpuEvent>>,
+        lists: &mut SpareLists,
         storage: &HostStorage,
         work: StreamWork,
     ) -> Result<Task, Box<Refused>> {
@@ -117,18 +122,21 @@ impl CpuBackend {
                     return refused(error, work);
                 }
             },
-            StreamWork::Launch { launch, token } => match host_slices(storage, &launch.bindings) {
-                // The arguments move: no clone on the per-launch path.
-                Ok(bindings) => Task::Launch {
-                    launch: CpuLaunch {
-                        kernel: launch.kernel,
-                        bindings,
-                        args: launch.args,
+            StreamWork::Launch { launch, token } => {
+                match host_slices_into(lists.take(launch.bindings.len()), storage, &launch.bindings)
+                {
+                    // The arguments move: no clone on the per-launch path.
+                    Ok(bindings) => Task::Launch {
+                        launch: CpuLaunch {
+                            kernel: launch.kernel,
+                            bindings,
+                            args: launch.args,
+                        },
+                        token,
                     },
-                    token,
-                },
-                Err(error) => return refused(error, StreamWork::Launch { launch, token }),
-            },
+                    Err(error) => return refused(error, StreamWork::Launch { launch, token }),
+                }
+            }
             StreamWork::Batch { launches, token } => {
                 // A graph's list keeps its host form across replays.
                 match launches.prepared(|list| cpu_launches(storage, list)) {
@@ -212,7 +220,15 @@ fn host_slices(
     storage: &HostStorage,
     locations: &[SliceLocation],
 ) -> Result<Vec<HostSlice>, ServerError> {
-    let mut slices = Vec::with_capacity(locations.len());
+    host_slices_into(Vec::with_capacity(locations.len()), storage, locations)
+}
+
+/// Resolves `locations` onto the end of `slices`.
+fn host_slices_into(
+    mut slices: Vec<HostSlice>,
+    storage: &HostStorage,
+    locations: &[SliceLocation],
+) -> Result<Vec<HostSlice>, ServerError> {
     for location in locations {
         slices.push(HostSlice::resolve(storage, *location)?);
     }
@@ -228,10 +244,12 @@ impl Backend for CpuBackend {
 
     fn create_stream(&mut self, stream: StreamId) -> Result<(), ServerError> {
         let (jobs, queue) = unbounded();
+        let (lists, spent) = binding_lists();
         let progress = Arc::new(StreamProgress::default());
         let executor = StreamExecutor::new(
             stream,
             queue,
+            spent,
             self.device.clone(),
             self.completions.clone(),
             progress.clone(),
@@ -249,6 +267,7 @@ impl Backend for CpuBackend {
             StreamQueue {
                 jobs,
                 pending: Vec::new(),
+                lists,
                 last_sequence: 0,
                 progress,
             },
@@ -277,7 +296,7 @@ impl Backend for CpuBackend {
             };
             return Err(Box::new(Refused { error, work }));
         };
-        let task = Self::resolve_task(&mut self.events, storage, work)?;
+        let task = Self::resolve_task(&mut self.events, &mut queue.lists, storage, work)?;
         // A caller waits on these, perhaps for work gathered on other
         // streams (an event): send everything at once.
         let urgent = matches!(task, Task::Sync { .. } | Task::Read { .. });
