@@ -15,6 +15,7 @@ pub use trace::BackTrace;
 mod allocations;
 mod compaction;
 mod config;
+mod id_hash;
 mod ids;
 mod manager;
 mod policy;
@@ -26,6 +27,7 @@ mod streams;
 
 pub use compaction::{CompactionPlan, Relocation};
 pub use config::MemoryConfig;
+pub use id_hash::{IdHasher, IdMap};
 pub use ids::{AllocationId, SliceLocation, StreamId};
 pub use manager::MemoryManager;
 pub use policy::AllocationPolicy;

@@ -6,9 +6,9 @@
 //! at once: the stream's own order keeps the old work before the new.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap};
 
-use crate::StreamId;
+use crate::{IdMap, StreamId};
 
 #[derive(Default)]
 struct StreamState {
@@ -28,8 +28,8 @@ struct PendingFree {
 
 #[derive(Default)]
 pub(crate) struct Streams {
-    states: HashMap<StreamId, StreamState>,
-    pending: HashMap<u32, PendingFree>,
+    states: IdMap<StreamId, StreamState>,
+    pending: IdMap<u32, PendingFree>,
     next_ticket: u64,
     pending_bytes: u64,
     reusable: usize,

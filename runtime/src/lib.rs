@@ -11,7 +11,6 @@ mod error;
 mod failure;
 mod fault;
 mod graph;
-mod ids;
 mod inbox;
 mod kernel;
 mod oneshot;

@@ -1,7 +1,7 @@
 //! `HostStorage`: aligned host memory, each buffer behind an `Arc`.
 
+use crate::IdMap;
 use std::alloc::Layout;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Storage, StorageHandle, StorageId};
@@ -138,7 +138,7 @@ pub struct HostStorage {
     alignment: u64,
     max_buffer_size: u64,
     capacity: u64,
-    buffers: HashMap<StorageId, Arc<HostBuffer>>,
+    buffers: IdMap<StorageId, Arc<HostBuffer>>,
     held_bytes: u64,
     next_id: u64,
 }
@@ -155,7 +155,7 @@ impl HostStorage {
             alignment: alignment.clamp(1, 1 << 30).next_power_of_two(),
             max_buffer_size: isize::MAX as u64 / 2,
             capacity: u64::MAX,
-            buffers: HashMap::new(),
+            buffers: IdMap::default(),
             held_bytes: 0,
             next_id: 0,
         }

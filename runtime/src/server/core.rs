@@ -16,9 +16,9 @@ use super::validate::check_region;
 use crate::backend::{Backend, Completion, Refused, StreamWork};
 use crate::command::{BufferRef, Command, Region, ServerId, ServerStats};
 use crate::fault::FaultInjector;
-use crate::ids::IdMap;
 use crate::sync::{Receiver, Reply};
 use crate::{DEFAULT_STREAM, FaultPlan, ServerError};
+use cistern_memory::IdMap;
 
 /// Whether the server keeps serving after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use cistern_memory::{AllocationId, StreamId};
 
 use crate::backend::{Launches, ResolvedLaunch};
 use crate::graph::CaptureId;
-use crate::ids::{IdHasher, IdMap};
+use cistern_memory::{IdHasher, IdMap};
 
 /// The capture in progress: launches recorded, allocations held so far.
 #[derive(Debug)]

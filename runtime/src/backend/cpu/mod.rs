@@ -23,9 +23,9 @@ use super::{
     Backend, Completion, DeviceCounters, Refused, ResolvedLaunch, StreamWork, StrideLayout,
 };
 use crate::command::EventId;
-use crate::ids::IdMap;
 use crate::sync::{Sender, unbounded};
 use crate::{Device, ServerError};
+use cistern_memory::IdMap;
 
 /// The alignment of every host page: enough for any element type and for
 /// cache-line friendly kernels.

@@ -1,18 +1,18 @@
-//! A hasher for the server's small integer ids (streams, events).
+//! A hasher for Cistern's own small integer ids (storages, streams, events).
 //!
-//! The ids are dense counters chosen by the server, never by an attacker, so
+//! The ids are dense counters chosen by Cistern, never by an attacker, so
 //! SipHash's protection buys nothing on the per-command path; a
 //! multiplicative hash is a few times cheaper.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A map keyed by one of the server's own ids.
-pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+/// A map keyed by one of Cistern's own ids.
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// Fibonacci hashing of the integers written into it.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct IdHasher(u64);
+pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -27,6 +27,10 @@ impl Hasher for IdHasher {
 
     fn write_u64(&mut self, value: u64) {
         self.0 = (self.0.rotate_left(5) ^ value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.write_u64(u64::from(value));
     }
 
     fn write_usize(&mut self, value: usize) {
