@@ -278,6 +278,42 @@ fn a_bad_launch_is_refused_when_recorded_and_nothing_of_its_batch_is_kept() {
 }
 
 #[test]
+fn a_capture_a_fault_and_a_recovery_ended_is_refused_as_stale() {
+    let mut harness = Harness::new();
+    let capture = begin(&mut harness, DEFAULT_STREAM);
+    harness.report_fault(0);
+    // Another client recovers before the capturing one calls again.
+    let answer = harness.invalidate(0);
+    harness.run_normally();
+    assert!(matches!(
+        answer.try_recv(),
+        Ok(Ok(ContextState::Active { generation: 1 }))
+    ));
+    let late = record(&mut harness, capture, vec![KernelLaunch::empty()]);
+    assert!(
+        matches!(
+            late,
+            Err(ServerError::StaleGeneration {
+                resource_generation: 0,
+                current_generation: 1,
+                ..
+            })
+        ),
+        "{late:?}"
+    );
+    let ended = harness.call(|reply| Command::EndCapture { capture, reply });
+    assert_eq!(
+        ended.map(|_| ()).map_err(|e| e.code()),
+        Err(ErrorCode::StaleHandle)
+    );
+    // A capture of the new generation that ended is still an invalid argument.
+    let fresh = begin(&mut harness, DEFAULT_STREAM);
+    let _ = end(&mut harness, fresh);
+    let after = record(&mut harness, fresh, vec![KernelLaunch::empty()]);
+    assert!(matches!(after, Err(ServerError::InvalidArgument { .. })));
+}
+
+#[test]
 fn a_fault_while_capturing_poisons_and_an_abort_leaves_it_poisoned() {
     let mut harness = Harness::new();
     let capture = begin(&mut harness, DEFAULT_STREAM);

@@ -25,7 +25,8 @@ use super::{Buffer, ComputeClient};
 
 /// Records launches into the capture in progress. Cheap to clone; clones
 /// record into the same capture. Useless once the capture ends (its calls
-/// are then refused with `InvalidArgument`).
+/// are then refused with `InvalidArgument`, or `StaleGeneration` when a
+/// fault and another client's recovery ended it).
 #[derive(Clone, Debug)]
 pub struct CaptureToken {
     id: CaptureId,

@@ -176,12 +176,23 @@ impl<B: Backend> ServerCore<B> {
             && self.graphs.defer_free(buffer.id)
     }
 
-    /// The recording stream of `capture`, or why commands through it are refused.
+    /// The recording stream of `capture`, or why commands through it are
+    /// refused: the context's refusal, `StaleGeneration` for a capture a
+    /// fault and a recovery ended, `InvalidArgument` for one that ended.
     fn recording_stream(&self, capture: CaptureId) -> Result<StreamId, ServerError> {
         match self.graphs.recording_stream(capture) {
             Some(stream) if self.context.state().is_capturing() => Ok(stream),
             _ => {
                 self.context.admit()?;
+                let began = self.graphs.capture_generation(capture);
+                let current = self.context.generation();
+                if began != current {
+                    return Err(ServerError::StaleGeneration {
+                        ordinal: self.ordinal,
+                        resource_generation: began,
+                        current_generation: current,
+                    });
+                }
                 Err(ended(capture))
             }
         }

@@ -57,6 +57,10 @@ pub(crate) struct Released {
 pub(crate) struct Graphs {
     generation: u64,
     next_capture: u64,
+    /// The first capture id of each generation after the first, and that
+    /// generation, oldest first: names the generation an ended capture
+    /// began in.
+    eras: Vec<(u64, u64)>,
     next_graph: u64,
     recording: Option<Recording>,
     graphs: IdMap<u64, Graph>,
@@ -69,10 +73,21 @@ impl Graphs {
     pub(crate) fn renew(&mut self, generation: u64) {
         if self.generation != generation {
             self.generation = generation;
+            self.eras.push((self.next_capture, generation));
             self.recording = None;
             self.graphs.clear();
             self.holds.clear();
         }
+    }
+
+    /// The generation `capture` began in (for an id never issued, the
+    /// newest).
+    pub(crate) fn capture_generation(&self, capture: CaptureId) -> u64 {
+        self.eras
+            .iter()
+            .rev()
+            .find(|(first, _)| capture.0 >= *first)
+            .map_or(0, |(_, generation)| *generation)
     }
 
     /// The generation the book holds graphs of.
