@@ -37,25 +37,9 @@ impl<B: Backend> ServerCore<B> {
         size: u64,
     ) -> Result<Reservation, ServerError> {
         let stream = self.recording_stream(capture)?;
-        if size == 0 {
-            return Err(ServerError::InvalidArgument {
-                message: "a reservation needs at least one byte".to_string(),
-            });
-        }
-        self.inject_reservation_fault(size)?;
-        let generation = self.context.generation();
-        let id = self
-            .memory
-            .reserve(size, AllocationPolicy::Forbidden, generation, stream)?;
-        self.hold(id);
-        Ok(Reservation {
-            buffer: BufferRef {
-                server: self.id,
-                id,
-                generation,
-            },
-            size,
-        })
+        let reservation = self.reserve_admitted(size, AllocationPolicy::Forbidden, stream)?;
+        self.hold(reservation.buffer.id);
+        Ok(reservation)
     }
 
     /// Checks and records `launches`: all or none; nothing runs.
@@ -184,15 +168,7 @@ impl<B: Backend> ServerCore<B> {
             Some(stream) if self.context.state().is_capturing() => Ok(stream),
             _ => {
                 self.context.admit()?;
-                let began = self.graphs.capture_generation(capture);
-                let current = self.context.generation();
-                if began != current {
-                    return Err(ServerError::StaleGeneration {
-                        ordinal: self.ordinal,
-                        resource_generation: began,
-                        current_generation: current,
-                    });
-                }
+                self.check_generation(self.graphs.capture_generation(capture))?;
                 Err(ended(capture))
             }
         }
@@ -200,21 +176,7 @@ impl<B: Backend> ServerCore<B> {
 
     /// A graph of this server, of the current generation.
     fn check_graph(&self, graph: GraphRef) -> Result<(), ServerError> {
-        if graph.server != self.id {
-            return Err(ServerError::DeviceMismatch {
-                expected: format!("{} (server {})", self.backend.device(), self.id.0),
-                found: format!("a graph of server {}", graph.server.0),
-            });
-        }
-        let current = self.context.generation();
-        if graph.generation != current {
-            return Err(ServerError::StaleGeneration {
-                ordinal: self.ordinal,
-                resource_generation: graph.generation,
-                current_generation: current,
-            });
-        }
-        Ok(())
+        self.check_handle(graph.server, graph.generation, "a graph")
     }
 
     /// The capture in progress holds `id`: pinned from its first holder on.

@@ -19,6 +19,17 @@ impl<B: Backend> ServerCore<B> {
         stream: StreamId,
     ) -> Result<Reservation, ServerError> {
         self.gate(stream)?;
+        self.reserve_admitted(size, policy, stream)
+    }
+
+    /// A reservation on a stream the caller admitted (the gate, or the
+    /// capture's recording stream).
+    pub(super) fn reserve_admitted(
+        &mut self,
+        size: u64,
+        policy: AllocationPolicy,
+        stream: StreamId,
+    ) -> Result<Reservation, ServerError> {
         if size == 0 {
             return Err(ServerError::InvalidArgument {
                 message: "a reservation needs at least one byte".to_string(),

@@ -382,21 +382,38 @@ impl<B: Backend> ServerCore<B> {
     /// The size of an allocation this command may use: of this server, of
     /// the current generation, not freed.
     pub(super) fn size_of(&self, buffer: BufferRef) -> Result<u64, ServerError> {
-        if buffer.server != self.id {
+        self.check_handle(buffer.server, buffer.generation, "a handle")?;
+        Ok(self.memory.size_of(buffer.id)?)
+    }
+
+    /// Refuses a handle (`what`, for the error) of another server
+    /// (`DeviceMismatch`) or of an older generation (`StaleGeneration`).
+    pub(super) fn check_handle(
+        &self,
+        server: ServerId,
+        generation: u64,
+        what: &str,
+    ) -> Result<(), ServerError> {
+        if server != self.id {
             return Err(ServerError::DeviceMismatch {
                 expected: format!("{} (server {})", self.backend.device(), self.id.0),
-                found: format!("a handle of server {}", buffer.server.0),
+                found: format!("{what} of server {}", server.0),
             });
         }
+        self.check_generation(generation)
+    }
+
+    /// Refuses what was made in another generation than the current one.
+    pub(super) fn check_generation(&self, generation: u64) -> Result<(), ServerError> {
         let current = self.context.generation();
-        if buffer.generation != current {
+        if generation != current {
             return Err(ServerError::StaleGeneration {
                 ordinal: self.ordinal,
-                resource_generation: buffer.generation,
+                resource_generation: generation,
                 current_generation: current,
             });
         }
-        Ok(self.memory.size_of(buffer.id)?)
+        Ok(())
     }
 
     /// Gates `stream`, checks `region` and resolves it to memory.
