@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::sync::poll_patiently;
+
 /// Items a drained queue keeps room for when it goes back to the sender.
 pub const KEPT_CAPACITY: usize = 8192;
 
@@ -146,22 +148,18 @@ impl<T> InboxReceiver<T> {
     /// Waits until something is queued, the sender is gone, or `timeout`
     /// (if any) passes; polls (yielding the CPU) for `patience` before it sleeps.
     pub fn wait(&self, patience: Duration, timeout: Option<Duration>) -> Waited {
-        let start = Instant::now();
-        let deadline = timeout.map(|timeout| start + timeout);
-        let mut spins = 0u32;
-        while start.elapsed() < patience {
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let polled = poll_patiently(patience, || {
             if self.has_queued() {
-                return Waited::Ready;
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Waited::TimedOut;
-            }
-            if spins < 64 {
-                spins += 1;
-                std::hint::spin_loop();
+                Some(Waited::Ready)
+            } else if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                Some(Waited::TimedOut)
             } else {
-                std::thread::yield_now();
+                None
             }
+        });
+        if let Some(waited) = polled {
+            return waited;
         }
         let mut state = self.shared.state.lock();
         loop {

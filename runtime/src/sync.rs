@@ -64,22 +64,37 @@ pub fn recv_patiently<T>(
     receiver: &impl Receive<T>,
     patience: std::time::Duration,
 ) -> Result<T, RecvError> {
+    let polled = poll_patiently(patience, || match receiver.try_recv() {
+        Ok(value) => Some(Ok(value)),
+        Err(TryRecvError::Disconnected) => Some(Err(RecvError)),
+        Err(TryRecvError::Empty) => None,
+    });
+    polled.unwrap_or_else(|| receiver.recv())
+}
+
+/// Calls `attempt` until it gives something, spinning briefly and then
+/// yielding the CPU, for at most `patience`; `None` when patience ran out
+/// (the caller then sleeps its own way).
+pub fn poll_patiently<T>(
+    patience: std::time::Duration,
+    mut attempt: impl FnMut() -> Option<T>,
+) -> Option<T> {
     let mut spins = 0u32;
     let mut started = None;
     loop {
-        match receiver.try_recv() {
-            Ok(value) => return Ok(value),
-            Err(TryRecvError::Disconnected) => return Err(RecvError),
-            Err(TryRecvError::Empty) => {}
+        if let Some(value) = attempt() {
+            return Some(value);
         }
         if spins < 64 {
             spins += 1;
             std::hint::spin_loop();
             continue;
         }
+        // The clock starts after the spins: an answer that comes at once
+        // never pays for reading it.
         let started = *started.get_or_insert_with(std::time::Instant::now);
         if started.elapsed() >= patience {
-            return receiver.recv();
+            return None;
         }
         std::thread::yield_now();
     }

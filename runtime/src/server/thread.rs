@@ -95,14 +95,16 @@ fn serve<B: Backend>(mut core: ServerCore<B>, commands: InboxReceiver<Command>, 
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let mut batch = Vec::new();
         loop {
-            if commands.take(&mut batch) == 0 && !poll_briefly(&commands) {
-                // About to wait: let the device start what was gathered.
-                core.flush();
-                let tick = core.is_recovering().then_some(RECOVERY_TICK);
-                match commands.wait(PATIENCE, tick) {
-                    Waited::Ready => {}
-                    Waited::TimedOut => core.tick(Instant::now()),
-                    Waited::Abandoned => break,
+            if commands.take(&mut batch) == 0 {
+                if !poll_briefly(&commands) {
+                    // About to wait: let the device start what was gathered.
+                    core.flush();
+                    let tick = core.is_recovering().then_some(RECOVERY_TICK);
+                    match commands.wait(PATIENCE, tick) {
+                        Waited::Ready => {}
+                        Waited::TimedOut => core.tick(Instant::now()),
+                        Waited::Abandoned => break,
+                    }
                 }
                 continue;
             }
