@@ -32,7 +32,7 @@ pub use error::ServerError;
 pub use failure::{FailureToken, PendingToken};
 pub use fault::{FaultPlan, ProbeFault, TrapRate};
 pub use graph::{CaptureId, GraphInfo, GraphRef};
-pub use kernel::{Access, Binding, Kernel, KernelArgs, KernelLaunch};
+pub use kernel::{Access, Binding, Contract, Kernel, KernelLaunch, ShapeRule};
 pub use optimizer::{OptimizerArgs, OptimizerStep, SegmentTable, optimizer_error};
 pub use server::DEFAULT_DRAIN_TIMEOUT;
 pub use server::{

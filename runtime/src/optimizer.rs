@@ -14,7 +14,7 @@ use cistern_optim::{OptimError, OptimizerConfig};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::ServerError;
-use crate::kernel::{Binding, Kernel, KernelArgs, KernelLaunch};
+use crate::kernel::{Binding, Kernel, KernelLaunch};
 
 /// A segment table, shared rather than copied as a launch travels from the
 /// client through the server to an executor.
@@ -143,11 +143,7 @@ impl OptimizerStep {
         bindings.push(self.grads);
         bindings.extend(self.found_inf);
         bindings.extend(self.state);
-        KernelLaunch {
-            kernel: Kernel::OptimizerStep,
-            bindings,
-            args: KernelArgs::OptimizerStep(Box::new(self.args)),
-        }
+        KernelLaunch::new(Kernel::OptimizerStep(Box::new(self.args)), bindings)
     }
 }
 

@@ -136,6 +136,8 @@ fn while_capturing_other_work_is_refused_transiently_and_nothing_is_queued() {
     assert!(harness.write(buffer, vec![0; 4]).is_ok());
 }
 
+const SCALE: Kernel = Kernel::Scale { factor: 2.0 };
+
 #[test]
 fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
     let mut harness = Harness::with_faults(FaultPlan::none().with_trap_at_launch(5));
@@ -156,7 +158,10 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
         .map(|(stream, _, work)| match work {
             StreamWork::Batch { launches, .. } => (
                 *stream,
-                launches.iter().map(|launch| launch.kernel).collect(),
+                launches
+                    .iter()
+                    .map(|launch| launch.kernel.clone())
+                    .collect(),
             ),
             other => panic!("a replay is one batch, got {other:?}"),
         })
@@ -164,11 +169,8 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
     assert_eq!(
         kernels,
         vec![
-            (
-                DEFAULT_STREAM,
-                vec![Kernel::Scale, Kernel::Empty, Kernel::Scale]
-            ),
-            (other, vec![Kernel::Scale, Kernel::Trap, Kernel::Scale]),
+            (DEFAULT_STREAM, vec![SCALE, Kernel::Empty, SCALE]),
+            (other, vec![SCALE, Kernel::Trap, SCALE]),
         ]
     );
     assert_eq!(harness.core.stats().replays, 2);

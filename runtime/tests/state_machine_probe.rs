@@ -110,7 +110,7 @@ fn an_injected_mismatch_runs_the_wrong_kernel_and_ends_unrecoverable() {
     let mut harness = Harness::with_faults(plan);
     let error = probe_error(recover_with(&mut harness, &Run::Normal));
     assert!(error.contains("wrong"), "{error}");
-    assert_eq!(harness.kernels_run, vec![Kernel::Fill]);
+    assert_eq!(harness.kernels_run, vec![Kernel::Fill { value: 0.0 }]);
 }
 
 #[test]
@@ -171,7 +171,7 @@ fn the_nth_accepted_launch_traps_and_refused_launches_do_not_count() {
     assert_eq!(tokens[0].check(), Some(Ok(())));
     assert!(tokens[1].wait().is_err_and(|e| e.is_device_poisoned()));
     assert!(tokens[2].wait().is_err_and(|e| e.is_device_poisoned()));
-    assert_eq!(harness.kernels_run, vec![Kernel::Fill]);
+    assert_eq!(harness.kernels_run, vec![Kernel::Fill { value: 1.0 }]);
     assert!(harness.state().is_poisoned());
 }
 

@@ -17,9 +17,7 @@ use cistern::runtime::backend::{
     Backend, Completion, DeviceCounters, Refused, ResolvedLaunch, StreamWork, StrideLayout,
 };
 use cistern::runtime::sync::{Mutex, Sender, unbounded};
-use cistern::runtime::{
-    Device, EventId, FaultPlan, Kernel, KernelArgs, ServerCore, ServerError, ServerId,
-};
+use cistern::runtime::{Device, EventId, FaultPlan, Kernel, ServerCore, ServerError, ServerId};
 
 /// The simulated device's state, shared by the backend (inside the core)
 /// and the scheduler.
@@ -278,8 +276,8 @@ impl SimDevice {
         launches: &[ResolvedLaunch],
     ) -> Result<(), ServerError> {
         for launch in launches {
-            match (launch.kernel, &launch.args) {
-                (Kernel::Trap, _) => {
+            match &launch.kernel {
+                Kernel::Trap => {
                     let fault = poison("launch trap", state.generation);
                     // A sticky fault is reported at once, after what ran
                     // before it and before any later answer.
@@ -294,10 +292,10 @@ impl SimDevice {
                     state.fault = Some(fault.clone());
                     return Err(ServerError::ContextPoisoned(fault));
                 }
-                (Kernel::Identity | Kernel::Copy, _) => {
+                Kernel::Identity | Kernel::Copy => {
                     state.copy(launch.bindings[0], launch.bindings[1]);
                 }
-                (Kernel::Fill, KernelArgs::Fill { value }) => {
+                Kernel::Fill { value } => {
                     let value = *value;
                     for chunk in state.bytes_mut(launch.bindings[0]).chunks_exact_mut(4) {
                         chunk.copy_from_slice(&value.to_ne_bytes());

@@ -100,15 +100,14 @@ impl Deref for Launches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Kernel, KernelArgs};
+    use crate::Kernel;
 
     fn launches(kernels: &[Kernel]) -> Launches {
         kernels
             .iter()
-            .map(|&kernel| ResolvedLaunch {
-                kernel,
+            .map(|kernel| ResolvedLaunch {
+                kernel: kernel.clone(),
                 bindings: Vec::new(),
-                args: KernelArgs::None,
             })
             .collect::<Vec<_>>()
             .into()

@@ -18,7 +18,7 @@ use cistern_memory::{DevicePoison, SliceLocation, Storage, StreamId};
 use crate::command::EventId;
 use crate::failure::PendingToken;
 use crate::sync::Reply;
-use crate::{Device, Kernel, KernelArgs, ServerError};
+use crate::{Device, Kernel, ServerError};
 
 /// A device's side of a server.
 pub trait Backend: Send + 'static {
@@ -195,8 +195,6 @@ pub struct ResolvedLaunch {
     pub kernel: Kernel,
     /// Each binding's bytes, in signature order.
     pub bindings: Vec<SliceLocation>,
-    /// Its arguments.
-    pub args: KernelArgs,
 }
 
 /// The shape of a strided copy, strides in elements.

@@ -159,15 +159,10 @@ impl<B: Backend> ServerCore<B> {
         let KernelLaunch {
             kernel,
             bindings: bound,
-            args,
         } = launch;
         let mut work = match bindings {
             Ok(bindings) => StreamWork::Launch {
-                launch: ResolvedLaunch {
-                    kernel,
-                    bindings,
-                    args,
-                },
+                launch: ResolvedLaunch { kernel, bindings },
                 token,
             },
             Err(error) => return self.refuse_async(stream, token, error),
@@ -211,9 +206,8 @@ impl<B: Backend> ServerCore<B> {
         let bindings = self.resolve_bindings(launch)?;
         uses.extend(launch.bindings.iter().map(|binding| binding.buffer.id));
         Ok(ResolvedLaunch {
-            kernel: launch.kernel,
+            kernel: launch.kernel.clone(),
             bindings,
-            args: launch.args.clone(),
         })
     }
 

@@ -7,7 +7,7 @@ use cistern_memory::IoError;
 use super::core::ServerCore;
 use crate::backend::{Backend, ResolvedLaunch, StreamWork};
 use crate::fault::FaultInjector;
-use crate::{Kernel, KernelArgs, ServerError};
+use crate::{Kernel, ServerError};
 
 impl<B: Backend> ServerCore<B> {
     /// A reservation that passed its checks: `OutOfMemory` if the plan says so.
@@ -84,6 +84,5 @@ pub(super) fn trap() -> ResolvedLaunch {
     ResolvedLaunch {
         kernel: Kernel::Trap,
         bindings: Vec::new(),
-        args: KernelArgs::None,
     }
 }

@@ -14,7 +14,7 @@ use crate::backend::{Backend, ResolvedLaunch, StreamWork};
 use crate::failure::PendingToken;
 use crate::fault::ProbeFault;
 use crate::sync::{Answer, TryRecvError, reply_channel};
-use crate::{DEFAULT_STREAM, FailureToken, Kernel, KernelArgs, ServerError};
+use crate::{DEFAULT_STREAM, FailureToken, Kernel, ServerError};
 
 /// The probe's allocation, in bytes.
 pub(super) const PROBE_BYTES: u64 = 256;
@@ -127,14 +127,12 @@ impl<B: Backend> ServerCore<B> {
             Some(ProbeFault::Sticky) => trap(),
             // The wrong kernel, run for real: the read-back mismatches.
             Some(ProbeFault::Mismatch) => ResolvedLaunch {
-                kernel: Kernel::Fill,
+                kernel: Kernel::Fill { value: 0.0 },
                 bindings: vec![target],
-                args: KernelArgs::Fill { value: 0.0 },
             },
             _ => ResolvedLaunch {
                 kernel: Kernel::Identity,
                 bindings: vec![source, target],
-                args: KernelArgs::None,
             },
         };
         let token = FailureToken::new();

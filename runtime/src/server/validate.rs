@@ -6,27 +6,23 @@
 //! `InvalidProgram`; an invalid argument value (an optimizer config field,
 //! the step count, a segment table) is `InvalidArgument` naming the field.
 
-use cistern_optim::validate_segments;
-
+use crate::ServerError;
 use crate::command::{BufferRef, Region, StridedCopy};
-use crate::kernel::{Access, Kernel, KernelArgs, KernelLaunch};
-use crate::{ServerError, optimizer_error};
+use crate::kernel::{Access, KernelLaunch};
 
-/// Checks a kernel call; `size_of` answers an allocation's size (or why it
-/// cannot be used: stale, unknown, another server's).
+/// Checks a kernel call against its kernel's contract; `size_of` answers an
+/// allocation's size (or why it cannot be used: stale, unknown, another
+/// server's).
 pub(crate) fn check_launch(
     launch: &KernelLaunch,
     mut size_of: impl FnMut(BufferRef) -> Result<u64, ServerError>,
 ) -> Result<(), ServerError> {
-    let kernel = launch.kernel;
+    let contract = launch.kernel.contract();
     let invalid = |message: String| ServerError::InvalidProgram {
-        message: format!("{}: {message}", kernel.name()),
+        message: format!("{}: {message}", contract.name),
     };
-    if !kernel.accepts(&launch.args) {
-        return Err(invalid(format!("does not take {:?}", launch.args)));
-    }
-    check_arguments(&launch.args)?;
-    let signature = launch.signature();
+    contract.shape.check_arguments()?;
+    let signature = contract.signature;
     if launch.bindings.len() != signature.len() {
         return Err(invalid(format!(
             "takes {} bindings, got {}",
@@ -34,7 +30,7 @@ pub(crate) fn check_launch(
             launch.bindings.len()
         )));
     }
-    let element = kernel.element_size();
+    let element = contract.element_size;
     // Kernels bind at most six buffers: no allocation on the launch path.
     let mut elements = [0u64; 8];
     for (index, binding) in launch.bindings.iter().enumerate() {
@@ -55,7 +51,8 @@ pub(crate) fn check_launch(
             *slot = binding.size / element;
         }
     }
-    check_shapes(kernel, &launch.args, &elements[..launch.bindings.len()])?;
+    let elements = elements.get(..launch.bindings.len()).unwrap_or(&elements);
+    contract.shape.check(contract.name, elements)?;
     for (i, a) in launch.bindings.iter().enumerate() {
         for (j, b) in launch.bindings.iter().enumerate().skip(i + 1) {
             let written = signature[i] == Access::Write || signature[j] == Access::Write;
@@ -68,109 +65,6 @@ pub(crate) fn check_launch(
         }
     }
     Ok(())
-}
-
-/// Checks argument values that do not depend on the bindings.
-fn check_arguments(args: &KernelArgs) -> Result<(), ServerError> {
-    if let KernelArgs::OptimizerStep(step) = args {
-        let kernel = step.kernel_id().name();
-        step.config
-            .validate()
-            .map_err(|error| optimizer_error(kernel, error))?;
-        if step.step == 0 {
-            return Err(ServerError::InvalidArgument {
-                message: format!("{kernel} `step`: steps count from 1"),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// Checks the bindings' lengths (`elements`, in the kernel's elements)
-/// against each other and the arguments.
-fn check_shapes(kernel: Kernel, args: &KernelArgs, elements: &[u64]) -> Result<(), ServerError> {
-    let invalid = |message: String| ServerError::InvalidProgram {
-        message: format!("{}: {message}", kernel.name()),
-    };
-    let expect = |index: usize, expected: Option<u64>, what: &str| match expected {
-        Some(expected) if elements.get(index) == Some(&expected) => Ok(()),
-        Some(expected) => Err(invalid(format!(
-            "binding {index} ({what}) has {} elements, expected {expected}",
-            elements.get(index).copied().unwrap_or(0)
-        ))),
-        None => Err(invalid(format!("the size of {what} overflows"))),
-    };
-    let all_equal = || {
-        if elements.windows(2).any(|pair| pair[0] != pair[1]) {
-            Err(invalid(format!("bindings differ in size: {elements:?}")))
-        } else {
-            Ok(())
-        }
-    };
-    match (kernel, args) {
-        (
-            Kernel::Copy
-            | Kernel::Identity
-            | Kernel::Axpy
-            | Kernel::Add
-            | Kernel::Mul
-            | Kernel::ActivationForward
-            | Kernel::ActivationBackward
-            | Kernel::MseLossBackward,
-            _,
-        ) => all_equal(),
-        (Kernel::MseLoss, _) => {
-            expect(1, elements.first().copied(), "target")?;
-            expect(2, Some(1), "out")?;
-            if elements.first() == Some(&0) {
-                return Err(invalid("the mean of no elements is undefined".into()));
-            }
-            Ok(())
-        }
-        (Kernel::Gemm, KernelArgs::Gemm { spec, bias }) => {
-            let (m, n, k) = (spec.m as u64, spec.n as u64, spec.k as u64);
-            expect(0, m.checked_mul(k), "a")?;
-            expect(1, k.checked_mul(n), "b")?;
-            if *bias {
-                expect(2, Some(n), "bias")?;
-            }
-            expect(elements.len().saturating_sub(1), m.checked_mul(n), "c")
-        }
-        (Kernel::ColumnSum, KernelArgs::ColumnSum { rows, cols }) => {
-            expect(0, rows.checked_mul(*cols), "x")?;
-            expect(1, Some(*cols), "out")
-        }
-        (Kernel::SegmentSum | Kernel::SegmentSumSquares, KernelArgs::Segments { segments }) => {
-            check_segments(kernel.name(), segments, elements.first().copied())?;
-            expect(1, Some(segments.len() as u64), "out")
-        }
-        (Kernel::AmpUnscale, _) => expect(1, Some(1), "found_inf"),
-        (Kernel::OptimizerStep, KernelArgs::OptimizerStep(step)) => {
-            let params = elements.first().copied();
-            let flag = usize::from(step.found_inf);
-            expect(1, params, "grads")?;
-            if step.found_inf {
-                expect(2, Some(1), "found_inf")?;
-            }
-            for index in 2 + flag..elements.len() {
-                expect(index, params, "a state buffer")?;
-            }
-            check_segments(step.kernel_id().name(), &step.segments, params)
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Checks a segment table against a buffer of `total` elements.
-fn check_segments(
-    kernel: &str,
-    segments: &[cistern_optim::Segment],
-    total: Option<u64>,
-) -> Result<(), ServerError> {
-    let total = total
-        .and_then(|total| usize::try_from(total).ok())
-        .unwrap_or(0);
-    validate_segments(segments, total).map_err(|error| optimizer_error(kernel, error))
 }
 
 /// Checks a region lies inside its allocation of `size` bytes.
@@ -323,12 +217,12 @@ mod tests {
     }
 
     #[test]
-    fn a_wrong_binding_count_or_argument_is_an_invalid_program() {
+    fn a_wrong_binding_count_is_an_invalid_program() {
         let mut launch = KernelLaunch::fill(binding(1, 0, 8), 1.0);
         launch.bindings.push(binding(2, 0, 8));
         assert!(check_launch(&launch, sizes).is_err());
         let mut launch = KernelLaunch::empty();
-        launch.args = crate::KernelArgs::Fill { value: 0.0 };
+        launch.bindings.push(binding(2, 0, 8));
         assert!(check_launch(&launch, sizes).is_err());
     }
 
@@ -395,7 +289,7 @@ mod tests {
     #[test]
     fn step_zero_is_an_invalid_argument() {
         let mut launch = adam_step(AdamConfig::default(), 2, vec![]);
-        if let KernelArgs::OptimizerStep(step) = &mut launch.args {
+        if let crate::Kernel::OptimizerStep(step) = &mut launch.kernel {
             step.step = 0;
         }
         assert!(message(check_launch(&launch, sizes)).contains("`step`"));

@@ -16,8 +16,8 @@ use cistern_runtime::backend::{
 };
 use cistern_runtime::sync::{Answer, Mutex, Reply, Sender, reply_channel, unbounded};
 use cistern_runtime::{
-    BufferRef, Command, ContextState, DEFAULT_STREAM, Device, EventId, FaultPlan, Kernel,
-    KernelArgs, Region, ServerCore, ServerError, ServerId,
+    BufferRef, Command, ContextState, DEFAULT_STREAM, Device, EventId, FaultPlan, Kernel, Region,
+    ServerCore, ServerError, ServerId,
 };
 
 type Queue = Arc<Mutex<VecDeque<(StreamId, u64, StreamWork)>>>;
@@ -366,8 +366,8 @@ impl Harness {
         launches: &[ResolvedLaunch],
     ) -> Result<(), ServerError> {
         for launch in launches {
-            match (launch.kernel, &launch.args) {
-                (Kernel::Trap, _) => {
+            match &launch.kernel {
+                Kernel::Trap => {
                     let fault = poison(0);
                     let _ = self.completions.send(Completion {
                         stream,
@@ -378,11 +378,11 @@ impl Harness {
                     self.faulted = Some((fault.clone(), resets));
                     return Err(ServerError::ContextPoisoned(fault));
                 }
-                (Kernel::Identity | Kernel::Copy, _) => {
+                Kernel::Identity | Kernel::Copy => {
                     let source = self.bytes_mut(launch.bindings[0]).to_vec();
                     self.bytes_mut(launch.bindings[1]).copy_from_slice(&source);
                 }
-                (Kernel::Fill, KernelArgs::Fill { value }) => {
+                Kernel::Fill { value } => {
                     let value = *value;
                     for chunk in self.bytes_mut(launch.bindings[0]).chunks_exact_mut(4) {
                         chunk.copy_from_slice(&value.to_ne_bytes());
@@ -390,7 +390,7 @@ impl Harness {
                 }
                 _ => {}
             }
-            self.kernels_run.push(launch.kernel);
+            self.kernels_run.push(launch.kernel.clone());
         }
         Ok(())
     }

@@ -17,14 +17,13 @@ use cistern_kernels::{GemmSpec, KernelError, StepContext};
 use super::executor::DeviceState;
 use super::memory::HostSlice;
 use crate::fault::panic_message;
-use crate::{Kernel, KernelArgs, ServerError};
+use crate::{Kernel, OptimizerArgs, ServerError};
 
 /// A CPU kernel's launch with its bindings resolved.
 #[derive(Debug)]
 pub(super) struct CpuLaunch {
     pub(super) kernel: Kernel,
     pub(super) bindings: Vec<HostSlice>,
-    pub(super) args: KernelArgs,
 }
 
 /// A sticky fault raised while running device work.
@@ -34,7 +33,8 @@ pub(super) enum KernelFault {
     Trap,
     /// The work panicked.
     Panicked(String),
-    /// The launch did not match its kernel (the server's checks should make this impossible).
+    /// A binding the server's checks should have made impossible (missing,
+    /// misaligned, of the wrong length).
     Malformed(String),
 }
 
@@ -85,7 +85,7 @@ pub(super) fn run_all(
     // One unwind guard per batch: `index` names the launch that panicked.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         while let Some(launch) = launches.get(index) {
-            if launch.kernel == Kernel::Empty {
+            if matches!(launch.kernel, Kernel::Empty) {
                 empty += 1;
             } else {
                 run(launch, device)?;
@@ -109,96 +109,99 @@ pub(super) fn run_all(
 
 /// Runs one launch on this thread.
 fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
-    if launch.kernel == Kernel::Empty {
-        // The cheapest path: launch-overhead benchmarks count on it.
-        device.empty_kernel_runs.fetch_add(1, Ordering::Relaxed);
-        device.kernels_run.fetch_add(1, Ordering::Relaxed);
-        return Ok(());
-    }
     let refused = |error: KernelError| {
         LaunchError::Refused(ServerError::InvalidArgument {
             message: format!("{}: {error}", launch.kernel.name()),
         })
     };
     let b = Bound(launch);
-    match (launch.kernel, &launch.args) {
-        (Kernel::Fill, &KernelArgs::Fill { value }) => cistern_kernels::fill(b.write(0)?, value),
-        (Kernel::Copy, KernelArgs::None) => copy(b.bytes(0)?, b.bytes_mut(1)?)?,
-        (Kernel::Identity, KernelArgs::None) => {
+    match &launch.kernel {
+        &Kernel::Fill { value } => cistern_kernels::fill(b.write(0)?, value),
+        Kernel::Copy => copy(b.bytes(0)?, b.bytes_mut(1)?)?,
+        Kernel::Identity => {
             cistern_kernels::copy(b.read(0)?, b.write(1)?).map_err(refused)?;
         }
-        (Kernel::Trap, KernelArgs::None) => return Err(KernelFault::Trap.into()),
-        (Kernel::Scale, &KernelArgs::Scale { factor }) => {
-            cistern_kernels::scale(b.write(0)?, factor);
+        Kernel::Empty => {
+            // The cheapest path: launch-overhead benchmarks count on it.
+            device.empty_kernel_runs.fetch_add(1, Ordering::Relaxed);
+            device.kernels_run.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
-        (Kernel::Axpy, &KernelArgs::Axpy { alpha }) => {
+        Kernel::Trap => return Err(KernelFault::Trap.into()),
+        &Kernel::Scale { factor } => cistern_kernels::scale(b.write(0)?, factor),
+        &Kernel::Axpy { alpha } => {
             cistern_kernels::axpy(b.write(0)?, alpha, b.read(1)?).map_err(refused)?;
         }
-        (Kernel::Add, KernelArgs::None) => {
+        Kernel::Add => {
             cistern_kernels::add(b.read(0)?, b.read(1)?, b.write(2)?).map_err(refused)?;
         }
-        (Kernel::Mul, KernelArgs::None) => {
+        Kernel::Mul => {
             cistern_kernels::mul(b.read(0)?, b.read(1)?, b.write(2)?).map_err(refused)?;
         }
-        (Kernel::ActivationForward, &KernelArgs::Activation { activation }) => {
+        &Kernel::ActivationForward { activation } => {
             cistern_kernels::activation_forward(activation, b.read(0)?, b.write(1)?)
                 .map_err(refused)?;
         }
-        (Kernel::ActivationBackward, &KernelArgs::Activation { activation }) => {
+        &Kernel::ActivationBackward { activation } => {
             let (x, grad_out, grad_in) = (b.read(0)?, b.read(1)?, b.write(2)?);
             cistern_kernels::activation_backward(activation, x, grad_out, grad_in)
                 .map_err(refused)?;
         }
-        (Kernel::Gemm, KernelArgs::Gemm { spec, bias }) => gemm(&b, spec, *bias, refused)?,
-        (Kernel::ColumnSum, &KernelArgs::ColumnSum { rows, cols }) => {
+        Kernel::Gemm { spec, bias } => gemm(&b, spec, *bias, refused)?,
+        &Kernel::ColumnSum { rows, cols } => {
             let (rows, cols) = (index(rows)?, index(cols)?);
             cistern_kernels::column_sum(b.read(0)?, rows, cols, b.write(1)?).map_err(refused)?;
         }
-        (Kernel::MseLoss, KernelArgs::None) => {
+        Kernel::MseLoss => {
             let loss = cistern_kernels::mse_loss(b.read(0)?, b.read(1)?).map_err(refused)?;
             match b.write(2)?.first_mut() {
                 Some(out) => *out = loss,
                 None => return Err(malformed("mse_loss has no output element").into()),
             }
         }
-        (Kernel::MseLossBackward, &KernelArgs::MseLossBackward { grad_output }) => {
+        &Kernel::MseLossBackward { grad_output } => {
             let (pred, target, grad) = (b.read(0)?, b.read(1)?, b.write(2)?);
             cistern_kernels::mse_loss_backward(pred, target, grad_output, grad).map_err(refused)?;
         }
-        (Kernel::SegmentSum, KernelArgs::Segments { segments }) => {
+        Kernel::SegmentSum { segments } => {
             cistern_kernels::segment_sum(b.read(0)?, segments, b.write(1)?).map_err(refused)?;
         }
-        (Kernel::SegmentSumSquares, KernelArgs::Segments { segments }) => {
+        Kernel::SegmentSumSquares { segments } => {
             cistern_kernels::segment_sum_squares(b.read(0)?, segments, b.write(1)?)
                 .map_err(refused)?;
         }
-        (Kernel::AmpUnscale, &KernelArgs::AmpUnscale { inv_scale }) => {
+        &Kernel::AmpUnscale { inv_scale } => {
             cistern_kernels::amp_unscale(b.write(0)?, inv_scale, b.write(1)?).map_err(refused)?;
         }
-        (Kernel::OptimizerStep, KernelArgs::OptimizerStep(step)) => {
-            let params = b.write(0)?;
-            let grads = b.read(1)?;
-            let (found_inf, first_state) = if step.found_inf {
-                (Some(b.read(2)?), 3)
-            } else {
-                (None, 2)
-            };
-            let mut state = (first_state..launch.bindings.len())
-                .map(|i| b.write(i))
-                .collect::<Result<Vec<_>, _>>()?;
-            let ctx = StepContext {
-                step: step.step,
-                segments: &step.segments,
-                found_inf,
-            };
-            cistern_kernels::optimizer_step(&step.config, &ctx, params, grads, &mut state)
-                .map_err(refused)?;
-        }
-        (kernel, args) => {
-            return Err(malformed(format!("{} does not take {args:?}", kernel.name())).into());
-        }
+        Kernel::OptimizerStep(step) => optimizer_step(&b, step, launch.bindings.len(), refused)?,
     }
     device.kernels_run.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn optimizer_step(
+    b: &Bound<'_>,
+    step: &OptimizerArgs,
+    bindings: usize,
+    refused: impl Fn(KernelError) -> LaunchError,
+) -> Result<(), LaunchError> {
+    let params = b.write(0)?;
+    let grads = b.read(1)?;
+    let (found_inf, first_state) = if step.found_inf {
+        (Some(b.read(2)?), 3)
+    } else {
+        (None, 2)
+    };
+    let mut state = (first_state..bindings)
+        .map(|i| b.write(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ctx = StepContext {
+        step: step.step,
+        segments: &step.segments,
+        found_inf,
+    };
+    cistern_kernels::optimizer_step(&step.config, &ctx, params, grads, &mut state)
+        .map_err(refused)?;
     Ok(())
 }
 
@@ -293,7 +296,6 @@ mod tests {
         CpuLaunch {
             kernel,
             bindings: Vec::new(),
-            args: KernelArgs::None,
         }
     }
 
@@ -312,7 +314,7 @@ mod tests {
     #[test]
     fn a_malformed_launch_in_a_batch_is_named_by_its_index() {
         let device = DeviceState::new(0);
-        let batch = [Kernel::Empty, Kernel::Scale].map(bare);
+        let batch = [Kernel::Empty, Kernel::Scale { factor: 2.0 }].map(bare);
         assert!(matches!(
             run_all(&batch, &device),
             Err((1, LaunchError::Fault(KernelFault::Malformed(_))))

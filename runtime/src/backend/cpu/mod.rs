@@ -130,7 +130,6 @@ impl CpuBackend {
                         launch: CpuLaunch {
                             kernel: launch.kernel,
                             bindings,
-                            args: launch.args,
                         },
                         token,
                     },
@@ -210,9 +209,8 @@ fn cpu_launches(
 
 fn cpu_launch(storage: &HostStorage, launch: &ResolvedLaunch) -> Result<CpuLaunch, ServerError> {
     Ok(CpuLaunch {
-        kernel: launch.kernel,
+        kernel: launch.kernel.clone(),
         bindings: host_slices(storage, &launch.bindings)?,
-        args: launch.args.clone(),
     })
 }
 

@@ -1,0 +1,300 @@
+//! Every kernel's contract in one place: its name, catalogue id, binding
+//! signature, element size and shape rule, one match arm per kernel.
+//!
+//! The server checks each launch against its contract before anything runs
+//! (`server/validate.rs` applies the rules); backends trust it.
+
+use cistern_kernels::{Activation, GemmSpec, KernelId};
+use cistern_optim::validate_segments;
+use serde::{Deserialize, Serialize};
+
+use super::Kernel;
+use crate::optimizer::{OptimizerArgs, SegmentTable};
+use crate::{ServerError, optimizer_error};
+
+/// How a kernel uses one binding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Access {
+    /// Only read.
+    Read,
+    /// Written (and possibly read): may not overlap any other binding.
+    Write,
+}
+
+use Access::{Read as R, Write as W};
+
+/// Optimizer bindings: params, grads, then up to three state buffers; the
+/// AMP form reads the flag after the grads.
+const OPTIMIZER: [Access; 5] = [W, R, W, W, W];
+const OPTIMIZER_AMP: [Access; 6] = [W, R, R, W, W, W];
+
+/// Bytes of one `f32`, the element of every numeric kernel.
+const F32: u64 = 4;
+
+/// What the server knows of a kernel to check a launch of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Contract<'a> {
+    /// The name errors and traces show.
+    pub name: &'static str,
+    /// The `cistern-kernels` catalogue entry it runs.
+    pub id: KernelId,
+    /// The access of each binding, in order; its length is the binding count.
+    pub signature: &'static [Access],
+    /// Bytes per element: every binding's offset and size are multiples of it.
+    pub element_size: u64,
+    /// How the bindings' lengths relate to each other and the arguments.
+    pub shape: ShapeRule<'a>,
+}
+
+/// A rule over a launch's binding lengths (in elements) and argument values.
+#[derive(Clone, Copy, Debug)]
+pub enum ShapeRule<'a> {
+    /// Any lengths.
+    Any,
+    /// Every binding has the same length.
+    Equal,
+    /// `pred` and `target` of one non-zero length, `out` of one element.
+    MeanOfPairs,
+    /// `a` is `m×k`, `b` is `k×n`, the bias `n`, `c` is `m×n`.
+    Product {
+        /// Shape and transposes.
+        spec: &'a GemmSpec,
+        /// Whether the third binding is a bias.
+        bias: bool,
+    },
+    /// `x` is `rows×cols`, `out` is `cols`.
+    Columns {
+        /// Rows of `x`.
+        rows: u64,
+        /// Columns of `x`.
+        cols: u64,
+    },
+    /// A valid segment table over `x`; one output per segment.
+    Segments {
+        /// The table.
+        segments: &'a SegmentTable,
+    },
+    /// A one-element found-inf flag after the gradients.
+    Flag,
+    /// A valid optimizer step: config, step count, and every buffer as long
+    /// as the parameters (the flag: one element).
+    Step {
+        /// The step's arguments.
+        step: &'a OptimizerArgs,
+    },
+}
+
+impl Kernel {
+    /// This kernel's contract: one arm per kernel, so a kernel's facts sit together.
+    pub fn contract(&self) -> Contract<'_> {
+        let contract = |name, id, signature, shape| Contract {
+            name,
+            id,
+            signature,
+            element_size: F32,
+            shape,
+        };
+        match self {
+            Kernel::Fill { .. } => contract("fill", KernelId::Fill, &[W], ShapeRule::Any),
+            Kernel::Copy => Contract {
+                element_size: 1,
+                ..contract("copy", KernelId::Copy, &[R, W], ShapeRule::Equal)
+            },
+            Kernel::Identity => contract("identity", KernelId::Identity, &[R, W], ShapeRule::Equal),
+            Kernel::Empty => Contract {
+                element_size: 1,
+                ..contract("empty", KernelId::Empty, &[], ShapeRule::Any)
+            },
+            Kernel::Trap => Contract {
+                element_size: 1,
+                ..contract("trap", KernelId::Trap, &[], ShapeRule::Any)
+            },
+            Kernel::Scale { .. } => contract("scale", KernelId::Scale, &[W], ShapeRule::Any),
+            Kernel::Axpy { .. } => contract("axpy", KernelId::Axpy, &[W, R], ShapeRule::Equal),
+            Kernel::Add => contract("add", KernelId::Add, &[R, R, W], ShapeRule::Equal),
+            Kernel::Mul => contract("mul", KernelId::Mul, &[R, R, W], ShapeRule::Equal),
+            Kernel::ActivationForward { activation } => contract(
+                "activation_forward",
+                activation_id(*activation, true),
+                &[R, W],
+                ShapeRule::Equal,
+            ),
+            Kernel::ActivationBackward { activation } => contract(
+                "activation_backward",
+                activation_id(*activation, false),
+                &[R, R, W],
+                ShapeRule::Equal,
+            ),
+            Kernel::Gemm { spec, bias } => contract(
+                "gemm",
+                KernelId::Gemm,
+                if *bias { &[R, R, R, W] } else { &[R, R, W] },
+                ShapeRule::Product { spec, bias: *bias },
+            ),
+            Kernel::ColumnSum { rows, cols } => contract(
+                "column_sum",
+                KernelId::ColumnSum,
+                &[R, W],
+                ShapeRule::Columns {
+                    rows: *rows,
+                    cols: *cols,
+                },
+            ),
+            Kernel::MseLoss => contract(
+                "mse_loss",
+                KernelId::MseLoss,
+                &[R, R, W],
+                ShapeRule::MeanOfPairs,
+            ),
+            Kernel::MseLossBackward { .. } => contract(
+                "mse_loss_backward",
+                KernelId::MseLossBackward,
+                &[R, R, W],
+                ShapeRule::Equal,
+            ),
+            Kernel::SegmentSum { segments } => contract(
+                "segment_sum",
+                KernelId::SegmentSum,
+                &[R, W],
+                ShapeRule::Segments { segments },
+            ),
+            Kernel::SegmentSumSquares { segments } => contract(
+                "segment_sum_squares",
+                KernelId::SegmentSumSquares,
+                &[R, W],
+                ShapeRule::Segments { segments },
+            ),
+            Kernel::AmpUnscale { .. } => contract(
+                "amp_unscale",
+                KernelId::AmpUnscale,
+                &[W, W],
+                ShapeRule::Flag,
+            ),
+            Kernel::OptimizerStep(step) => contract(
+                "optimizer_step",
+                step.kernel_id(),
+                optimizer_signature(step),
+                ShapeRule::Step { step },
+            ),
+        }
+    }
+}
+
+fn optimizer_signature(step: &OptimizerArgs) -> &'static [Access] {
+    let state = step.config.state_layout().len();
+    if step.found_inf {
+        &OPTIMIZER_AMP[..(3 + state).min(OPTIMIZER_AMP.len())]
+    } else {
+        &OPTIMIZER[..(2 + state).min(OPTIMIZER.len())]
+    }
+}
+
+fn activation_id(activation: Activation, forward: bool) -> KernelId {
+    let (f, b) = match activation {
+        Activation::Identity => (KernelId::Identity, KernelId::Identity),
+        Activation::Relu => (KernelId::ReluForward, KernelId::ReluBackward),
+        Activation::LeakyRelu { .. } => (KernelId::LeakyReluForward, KernelId::LeakyReluBackward),
+        Activation::Gelu => (KernelId::GeluForward, KernelId::GeluBackward),
+        Activation::GeluTanh => (KernelId::GeluTanhForward, KernelId::GeluTanhBackward),
+        Activation::Tanh => (KernelId::TanhForward, KernelId::TanhBackward),
+        Activation::Sigmoid => (KernelId::SigmoidForward, KernelId::SigmoidBackward),
+    };
+    if forward { f } else { b }
+}
+
+impl ShapeRule<'_> {
+    /// Checks the argument values that do not depend on the bindings (an
+    /// optimizer's config and step count): the server asks this first.
+    pub fn check_arguments(&self) -> Result<(), ServerError> {
+        if let ShapeRule::Step { step } = self {
+            let kernel = step.kernel_id().name();
+            step.config
+                .validate()
+                .map_err(|error| optimizer_error(kernel, error))?;
+            if step.step == 0 {
+                return Err(ServerError::InvalidArgument {
+                    message: format!("{kernel} `step`: steps count from 1"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the bindings' lengths (`elements`, one per binding of a launch
+    /// whose count already matches the signature) and the argument values
+    /// of kernel `name`.
+    pub fn check(&self, name: &str, elements: &[u64]) -> Result<(), ServerError> {
+        let invalid = |message: String| ServerError::InvalidProgram {
+            message: format!("{name}: {message}"),
+        };
+        let expect = |index: usize, expected: Option<u64>, what: &str| match expected {
+            Some(expected) if elements.get(index) == Some(&expected) => Ok(()),
+            Some(expected) => Err(invalid(format!(
+                "binding {index} ({what}) has {} elements, expected {expected}",
+                elements.get(index).copied().unwrap_or(0)
+            ))),
+            None => Err(invalid(format!("the size of {what} overflows"))),
+        };
+        match *self {
+            ShapeRule::Any => Ok(()),
+            ShapeRule::Equal => {
+                if elements.windows(2).any(|pair| pair[0] != pair[1]) {
+                    Err(invalid(format!("bindings differ in size: {elements:?}")))
+                } else {
+                    Ok(())
+                }
+            }
+            ShapeRule::MeanOfPairs => {
+                expect(1, elements.first().copied(), "target")?;
+                expect(2, Some(1), "out")?;
+                if elements.first() == Some(&0) {
+                    return Err(invalid("the mean of no elements is undefined".into()));
+                }
+                Ok(())
+            }
+            ShapeRule::Product { spec, bias } => {
+                let (m, n, k) = (spec.m as u64, spec.n as u64, spec.k as u64);
+                expect(0, m.checked_mul(k), "a")?;
+                expect(1, k.checked_mul(n), "b")?;
+                if bias {
+                    expect(2, Some(n), "bias")?;
+                }
+                expect(elements.len().saturating_sub(1), m.checked_mul(n), "c")
+            }
+            ShapeRule::Columns { rows, cols } => {
+                expect(0, rows.checked_mul(cols), "x")?;
+                expect(1, Some(cols), "out")
+            }
+            ShapeRule::Segments { segments } => {
+                check_segments(name, segments, elements.first().copied())?;
+                expect(1, Some(segments.len() as u64), "out")
+            }
+            ShapeRule::Flag => expect(1, Some(1), "found_inf"),
+            ShapeRule::Step { step } => {
+                let kernel = step.kernel_id().name();
+                let params = elements.first().copied();
+                let flag = usize::from(step.found_inf);
+                expect(1, params, "grads")?;
+                if step.found_inf {
+                    expect(2, Some(1), "found_inf")?;
+                }
+                for index in 2 + flag..elements.len() {
+                    expect(index, params, "a state buffer")?;
+                }
+                check_segments(kernel, &step.segments, params)
+            }
+        }
+    }
+}
+
+/// Checks a segment table against a buffer of `total` elements.
+fn check_segments(
+    kernel: &str,
+    segments: &[cistern_optim::Segment],
+    total: Option<u64>,
+) -> Result<(), ServerError> {
+    let total = total
+        .and_then(|total| usize::try_from(total).ok())
+        .unwrap_or(0);
+    validate_segments(segments, total).map_err(|error| optimizer_error(kernel, error))
+}

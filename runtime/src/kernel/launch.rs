@@ -1,0 +1,131 @@
+//! Constructors of well-formed launches, one per kernel: bindings in the
+//! order of the kernel's signature.
+
+use cistern_kernels::{Activation, GemmSpec};
+
+use super::{Binding, Kernel, KernelLaunch};
+use crate::optimizer::SegmentTable;
+
+impl KernelLaunch {
+    /// A launch of `kernel` over `bindings` (in signature order).
+    pub fn new(kernel: Kernel, bindings: Vec<Binding>) -> Self {
+        KernelLaunch { kernel, bindings }
+    }
+
+    /// `Fill`: every `f32` of `target` becomes `value`.
+    pub fn fill(target: Binding, value: f32) -> Self {
+        Self::new(Kernel::Fill { value }, vec![target])
+    }
+
+    /// `Copy`: `source`'s bytes to `target`.
+    pub fn copy(source: Binding, target: Binding) -> Self {
+        Self::new(Kernel::Copy, vec![source, target])
+    }
+
+    /// `Identity`: `source`'s `f32`s to `target`.
+    pub fn identity(source: Binding, target: Binding) -> Self {
+        Self::new(Kernel::Identity, vec![source, target])
+    }
+
+    /// `Empty`: a launch that does nothing but count one run.
+    pub fn empty() -> Self {
+        Self::new(Kernel::Empty, Vec::new())
+    }
+
+    /// `Trap`: a launch that faults on the device and poisons its context.
+    pub fn trap() -> Self {
+        Self::new(Kernel::Trap, Vec::new())
+    }
+
+    /// `Scale`: `x ← factor·x`.
+    pub fn scale(x: Binding, factor: f32) -> Self {
+        Self::new(Kernel::Scale { factor }, vec![x])
+    }
+
+    /// `Axpy`: `a ← a + alpha·c` (equal sizes).
+    pub fn axpy(a: Binding, alpha: f32, c: Binding) -> Self {
+        Self::new(Kernel::Axpy { alpha }, vec![a, c])
+    }
+
+    /// `Add`: `out ← a + b` (equal sizes).
+    pub fn add(a: Binding, b: Binding, out: Binding) -> Self {
+        Self::new(Kernel::Add, vec![a, b, out])
+    }
+
+    /// `Mul`: `out ← a ⊙ b` (equal sizes).
+    pub fn mul(a: Binding, b: Binding, out: Binding) -> Self {
+        Self::new(Kernel::Mul, vec![a, b, out])
+    }
+
+    /// `ActivationForward`: `y ← act(x)` (equal sizes).
+    pub fn activation_forward(activation: Activation, x: Binding, y: Binding) -> Self {
+        Self::new(Kernel::ActivationForward { activation }, vec![x, y])
+    }
+
+    /// `ActivationBackward`: `grad_in ← grad_out · act'(x)` (equal sizes).
+    pub fn activation_backward(
+        activation: Activation,
+        x: Binding,
+        grad_out: Binding,
+        grad_in: Binding,
+    ) -> Self {
+        let kernel = Kernel::ActivationBackward { activation };
+        Self::new(kernel, vec![x, grad_out, grad_in])
+    }
+
+    /// `Gemm`: `c ← act(op(a)·op(b) + bias)` as `spec` describes.
+    pub fn gemm(spec: GemmSpec, a: Binding, b: Binding, bias: Option<Binding>, c: Binding) -> Self {
+        let kernel = Kernel::Gemm {
+            spec: Box::new(spec),
+            bias: bias.is_some(),
+        };
+        let bindings = match bias {
+            Some(bias) => vec![a, b, bias, c],
+            None => vec![a, b, c],
+        };
+        Self::new(kernel, bindings)
+    }
+
+    /// `ColumnSum`: `out[j] ← Σ_i x[i][j]` over a `rows×cols` matrix.
+    pub fn column_sum(x: Binding, rows: u64, cols: u64, out: Binding) -> Self {
+        Self::new(Kernel::ColumnSum { rows, cols }, vec![x, out])
+    }
+
+    /// `MseLoss`: `out[0] ← Σ (pred − target)² / n`.
+    pub fn mse_loss(pred: Binding, target: Binding, out: Binding) -> Self {
+        Self::new(Kernel::MseLoss, vec![pred, target, out])
+    }
+
+    /// `MseLossBackward`: `grad ← grad_output · 2(pred − target) / n`.
+    pub fn mse_loss_backward(
+        pred: Binding,
+        target: Binding,
+        grad_output: f32,
+        grad: Binding,
+    ) -> Self {
+        let kernel = Kernel::MseLossBackward { grad_output };
+        Self::new(kernel, vec![pred, target, grad])
+    }
+
+    /// `SegmentSum`: `out[s] ← Σ x[segment s]`.
+    pub fn segment_sum(x: Binding, segments: impl Into<SegmentTable>, out: Binding) -> Self {
+        let segments = segments.into();
+        Self::new(Kernel::SegmentSum { segments }, vec![x, out])
+    }
+
+    /// `SegmentSumSquares`: `out[s] ← Σ x[segment s]²`.
+    pub fn segment_sum_squares(
+        x: Binding,
+        segments: impl Into<SegmentTable>,
+        out: Binding,
+    ) -> Self {
+        let segments = segments.into();
+        Self::new(Kernel::SegmentSumSquares { segments }, vec![x, out])
+    }
+
+    /// `AmpUnscale`: `grads ← grads·inv_scale`; sets `found_inf` (one `f32`)
+    /// to 1 on a non-finite gradient and never clears it.
+    pub fn amp_unscale(grads: Binding, inv_scale: f32, found_inf: Binding) -> Self {
+        Self::new(Kernel::AmpUnscale { inv_scale }, vec![grads, found_inf])
+    }
+}

@@ -1,0 +1,175 @@
+//! Kernel launches as the server receives them: which kernel, with its
+//! arguments, and what it binds.
+//!
+//! A [`Kernel`] variant carries its own arguments, so a launch cannot pair a
+//! kernel with another kernel's arguments. Everything else the server knows
+//! of a kernel — name, catalogue id, binding signature, element size, shape
+//! rule — is its [`Contract`], in `contract.rs`, one arm per kernel. Adding
+//! a kernel: `docs/architecture.md`, "Adding a kernel".
+//!
+//! How a launch fails, and what poisons:
+//! - a malformed binding (count, bounds, alignment, size, aliasing of a
+//!   written range) is `InvalidProgram`, an invalid argument value (an
+//!   optimizer config field, the step count, a segment table) is
+//!   `InvalidArgument`; both are refused before anything runs;
+//! - a kernel that refuses its data while running (LAMB's non-finite
+//!   norms) changed nothing: its owner gets `InvalidArgument` through the
+//!   launch's token and the stream's latch, and the context stays active;
+//! - only a trap, a panic inside a kernel or a sticky device status poisons
+//!   the context.
+
+mod contract;
+mod launch;
+
+pub use contract::{Access, Contract, ShapeRule};
+
+use cistern_kernels::{Activation, GemmSpec, KernelId};
+use serde::{Deserialize, Serialize};
+
+use crate::command::BufferRef;
+use crate::optimizer::{OptimizerArgs, SegmentTable};
+
+/// A kernel every backend provides, with its arguments. Bindings are listed
+/// in the order of the kernel's signature. New variants go last (serialized
+/// by position).
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Kernel {
+    /// Writes `value` to every `f32` of its one binding.
+    Fill {
+        /// The value written.
+        value: f32,
+    },
+    /// Copies its first binding's bytes to its second.
+    Copy,
+    /// Copies `f32`s from its first binding to its second (the recovery probe's kernel).
+    Identity,
+    /// Does nothing but count one run on the device (benchmarks prove it ran).
+    Empty,
+    /// Faults on the device, as a hardware trap does: poisons the context (tests).
+    Trap,
+    /// `x ← factor·x` over its one binding.
+    Scale {
+        /// The multiplier.
+        factor: f32,
+    },
+    /// In-place axpy `a ← a + alpha·c`: bindings `a` (written), `c`.
+    Axpy {
+        /// The multiple of `c` added to `a`.
+        alpha: f32,
+    },
+    /// `out ← a + b`: bindings `a`, `b`, `out`.
+    Add,
+    /// `out ← a ⊙ b`: bindings `a`, `b`, `out`.
+    Mul,
+    /// `y ← act(x)`: bindings `x`, `y`.
+    ActivationForward {
+        /// The function applied.
+        activation: Activation,
+    },
+    /// `grad_in ← grad_out · act'(x)`: bindings `x`, `grad_out`, `grad_in`.
+    ActivationBackward {
+        /// The function whose derivative is applied.
+        activation: Activation,
+    },
+    /// `C ← act(op(A)·op(B) + bias)`: bindings `a`, `b`, `bias` (of `n`
+    /// elements, when `bias`), `c`.
+    Gemm {
+        /// Shape, transposes and activation (boxed: the widest arguments,
+        /// and every launch command is as wide as they are).
+        spec: Box<GemmSpec>,
+        /// Whether a bias binding comes before `c`.
+        bias: bool,
+    },
+    /// Column sums of a row-major `rows×cols` matrix (bias gradient):
+    /// bindings `x`, `out` (`cols` elements).
+    ColumnSum {
+        /// Rows of the matrix.
+        rows: u64,
+        /// Columns of the matrix: the output's length.
+        cols: u64,
+    },
+    /// Mean squared error into one `f32`: bindings `pred`, `target`, `out`.
+    MseLoss,
+    /// `grad ← grad_output · 2(pred − target) / n`: bindings `pred`, `target`, `grad`.
+    MseLossBackward {
+        /// `∂L/∂loss` (1 for the loss itself).
+        grad_output: f32,
+    },
+    /// Per-segment sums: bindings `x`, `out` (one `f32` per segment).
+    SegmentSum {
+        /// One segment per output element.
+        segments: SegmentTable,
+    },
+    /// Per-segment sums of squares: bindings `x`, `out` (one `f32` per segment).
+    SegmentSumSquares {
+        /// One segment per output element.
+        segments: SegmentTable,
+    },
+    /// AMP: `grads ← grads·inv_scale`, setting the found-inf flag on any
+    /// non-finite gradient: bindings `grads`, `found_inf` (one `f32`).
+    AmpUnscale {
+        /// `1 / loss scale`.
+        inv_scale: f32,
+    },
+    /// One fused optimizer step over a segment table: bindings `params`,
+    /// `grads`, `found_inf` (when AMP), then the state buffers in
+    /// [`cistern_optim::StateLayout`] order (boxed: wide, and rare next to
+    /// element-wise launches).
+    OptimizerStep(Box<OptimizerArgs>),
+}
+
+impl Kernel {
+    /// The kernel's name, as errors and traces show it.
+    pub fn name(&self) -> &'static str {
+        self.contract().name
+    }
+
+    /// The `cistern-kernels` catalogue entry this kernel runs.
+    pub fn id(&self) -> KernelId {
+        self.contract().id
+    }
+
+    /// The access of each binding, in order.
+    pub fn signature(&self) -> &'static [Access] {
+        self.contract().signature
+    }
+}
+
+/// A byte range of an allocation that a kernel binds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Binding {
+    /// The allocation.
+    pub buffer: BufferRef,
+    /// First byte bound, from the allocation's start.
+    pub offset: u64,
+    /// Bytes bound.
+    pub size: u64,
+}
+
+/// One kernel call: the server checks it against the kernel's [`Contract`]
+/// (binding count, access, sizes, alignment, aliasing, argument values)
+/// before anything runs, and answers `InvalidProgram` for malformed
+/// bindings, `InvalidArgument` for invalid arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelLaunch {
+    /// The kernel and its arguments.
+    pub kernel: Kernel,
+    /// Its bindings, in the order of its signature.
+    pub bindings: Vec<Binding>,
+}
+
+impl KernelLaunch {
+    /// The access of each binding this launch must have.
+    pub fn signature(&self) -> &'static [Access] {
+        self.kernel.signature()
+    }
+
+    /// The `cistern-kernels` catalogue entry this launch runs.
+    pub fn id(&self) -> KernelId {
+        self.kernel.id()
+    }
+}
+
+#[cfg(test)]
+mod tests;

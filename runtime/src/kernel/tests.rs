@@ -1,0 +1,102 @@
+//! The contract of every kernel, checked over one launch of each.
+
+use cistern_kernels::Segment;
+use cistern_memory::AllocationId;
+use cistern_optim::{AdamConfig, OptimizerConfig, SgdConfig};
+
+use super::contract::Access::{Read as R, Write as W};
+use super::*;
+use crate::ServerId;
+use crate::optimizer::OptimizerStep;
+
+fn binding() -> Binding {
+    Binding {
+        buffer: BufferRef {
+            server: ServerId(0),
+            id: AllocationId(0),
+            generation: 0,
+        },
+        offset: 0,
+        size: 4,
+    }
+}
+
+fn one_launch_per_kernel() -> Vec<KernelLaunch> {
+    let b = binding();
+    let mut launches = vec![
+        KernelLaunch::fill(b, 1.0),
+        KernelLaunch::copy(b, b),
+        KernelLaunch::identity(b, b),
+        KernelLaunch::empty(),
+        KernelLaunch::trap(),
+        KernelLaunch::scale(b, 2.0),
+        KernelLaunch::axpy(b, 2.0, b),
+        KernelLaunch::add(b, b, b),
+        KernelLaunch::mul(b, b, b),
+        KernelLaunch::gemm(GemmSpec::default(), b, b, Some(b), b),
+        KernelLaunch::column_sum(b, 1, 1, b),
+        KernelLaunch::mse_loss(b, b, b),
+        KernelLaunch::mse_loss_backward(b, b, 1.0, b),
+        KernelLaunch::segment_sum(b, vec![Segment::new(0, 1)], b),
+        KernelLaunch::segment_sum_squares(b, vec![Segment::new(0, 1)], b),
+        KernelLaunch::amp_unscale(b, 0.5, b),
+    ];
+    for activation in [
+        Activation::Relu,
+        Activation::LeakyRelu {
+            negative_slope: 0.1,
+        },
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Tanh,
+        Activation::Sigmoid,
+    ] {
+        launches.push(KernelLaunch::activation_forward(activation, b, b));
+        launches.push(KernelLaunch::activation_backward(activation, b, b, b));
+    }
+    for config in [
+        OptimizerConfig::Sgd(SgdConfig::default()),
+        OptimizerConfig::Adam(AdamConfig::default()),
+        OptimizerConfig::AdamW(Default::default()),
+        OptimizerConfig::RmsProp(Default::default()),
+        OptimizerConfig::Adagrad(Default::default()),
+        OptimizerConfig::Lamb(Default::default()),
+    ] {
+        let state = vec![b; config.state_layout().len()];
+        launches.push(OptimizerStep::new(config, 1, vec![], b, b, state).into_launch());
+    }
+    launches
+}
+
+#[test]
+fn every_catalogue_kernel_is_reachable_by_a_launch() {
+    let reached: Vec<KernelId> = one_launch_per_kernel().iter().map(|l| l.id()).collect();
+    for id in KernelId::ALL {
+        assert!(reached.contains(id), "{} has no launch", id.name());
+    }
+}
+
+#[test]
+fn every_constructor_matches_its_kernels_signature() {
+    for launch in one_launch_per_kernel() {
+        assert_eq!(
+            launch.signature().len(),
+            launch.bindings.len(),
+            "{launch:?}"
+        );
+    }
+}
+
+#[test]
+fn the_amp_optimizer_step_reads_its_flag_after_the_gradients() {
+    let b = binding();
+    let config = OptimizerConfig::Adam(AdamConfig {
+        amsgrad: true,
+        ..Default::default()
+    });
+    let launch = OptimizerStep::new(config, 1, vec![], b, b, vec![b; 3])
+        .with_found_inf(b)
+        .into_launch();
+    assert_eq!(launch.signature(), &[W, R, R, W, W, W]);
+    assert_eq!(launch.bindings.len(), 6);
+}
