@@ -2,22 +2,22 @@
 //!
 //! The server owns the memory manager (over the backend's [`Storage`]) and
 //! decides *what* runs *where*; a backend only runs it. It owns one queue per
-//! stream, runs each stream's [`StreamWork`] in order, answers the replies
-//! inside the work directly (the server never waits), settles failure tokens,
-//! and reports progress as [`Completion`]s on the channel it was built with.
-//! A fault inside a kernel is sticky: the backend refuses later work on
-//! every stream and reports the fault in a completion.
+//! stream and runs each stream's [`StreamWork`] by the rules of [`stream`]
+//! (in order, errors latched, faults sticky and reported first, replies and
+//! failure tokens answered on the executor, progress as [`Completion`]s on
+//! the channel it was built with). A backend writes only its device part:
+//! [`stream::StreamDevice`] and [`stream::Resolver`].
 
 pub mod cpu;
 mod launches;
+pub mod stream;
 
 pub use launches::Launches;
+pub use stream::{Refused, StreamWork};
 
 use cistern_memory::{DevicePoison, SliceLocation, Storage, StreamId};
 
 use crate::command::EventId;
-use crate::failure::PendingToken;
-use crate::sync::Reply;
 use crate::{Device, Kernel, ServerError};
 
 /// A device's side of a server.
@@ -89,103 +89,6 @@ pub trait Backend: Send + 'static {
         let _ = generation;
         Ok(())
     }
-}
-
-/// One item of a stream's in-order work, with locations already resolved.
-#[derive(Debug)]
-pub enum StreamWork {
-    /// Write `data` to `target` (`data.len() == target.size`).
-    Write {
-        /// Where.
-        target: SliceLocation,
-        /// The bytes.
-        data: Vec<u8>,
-    },
-    /// Read `source` and answer with its bytes.
-    Read {
-        /// What.
-        source: SliceLocation,
-        /// The answer.
-        reply: Reply<Vec<u8>>,
-    },
-    /// Copy `source` to `target` (same size, not overlapping).
-    Copy {
-        /// Read from.
-        source: SliceLocation,
-        /// Written.
-        target: SliceLocation,
-    },
-    /// A strided copy; `layout` addresses elements from each location's start.
-    StridedCopy {
-        /// The source's element zero onwards.
-        source: SliceLocation,
-        /// The target's element zero onwards.
-        target: SliceLocation,
-        /// Shape, strides and element size (boxed: rare, and wide).
-        layout: Box<StrideLayout>,
-    },
-    /// Run one kernel.
-    Launch {
-        /// The call.
-        launch: ResolvedLaunch,
-        /// Settle it with the outcome.
-        token: Option<PendingToken>,
-    },
-    /// Run kernels in order, stopping at the first failure.
-    Batch {
-        /// The calls (a replayed graph's are shared by all its replays).
-        launches: Launches,
-        /// Settle it with the outcome of the whole batch.
-        token: Option<PendingToken>,
-    },
-    /// Fire `event` when the stream reaches this point.
-    RecordEvent {
-        /// The event (new: never recorded before).
-        event: EventId,
-    },
-    /// Hold the stream until `event` has fired.
-    WaitEvent {
-        /// The event.
-        event: EventId,
-    },
-    /// Answer once everything before it ran: the latched error (clearing
-    /// it), the device's fault, or `Ok`.
-    Sync {
-        /// The answer.
-        reply: Reply<()>,
-    },
-    /// Latch `error` on the stream (the server refused asynchronous work),
-    /// unless an earlier error is latched.
-    Fail {
-        /// The refusal.
-        error: ServerError,
-    },
-}
-
-impl StreamWork {
-    /// Answers this work's reply or token with `error` without running it.
-    pub fn refuse(self, error: ServerError) {
-        match self {
-            StreamWork::Read { reply, .. } => drop(reply.send(Err(error))),
-            StreamWork::Sync { reply } => drop(reply.send(Err(error))),
-            StreamWork::Launch { token, .. } | StreamWork::Batch { token, .. } => {
-                if let Some(token) = token {
-                    token.fail(error);
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Work a backend did not queue, handed back with the reason (boxed: it is
-/// the rare path and carries the whole work item).
-#[derive(Debug)]
-pub struct Refused {
-    /// Why.
-    pub error: ServerError,
-    /// The work, unrun.
-    pub work: StreamWork,
 }
 
 /// A kernel call whose bindings are resolved to memory locations.

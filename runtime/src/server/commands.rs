@@ -239,6 +239,7 @@ impl<B: Backend> ServerCore<B> {
         // A context that refuses work answers every sync itself, and a
         // latched transient refusal would outlive the state that caused it.
         if self.context.state().is_active() && self.streams.contains_key(&stream) {
+            let error = Box::new(error);
             let _ = self.submit(stream, StreamWork::Fail { error }, &[]);
         }
     }

@@ -330,9 +330,7 @@ fn a_refused_launch_settles_its_token_and_latches_on_its_stream() {
     let (_, _, work) = harness.next_work();
     assert!(matches!(
         work,
-        StreamWork::Fail {
-            error: ServerError::InvalidProgram { .. }
-        }
+        StreamWork::Fail { error } if matches!(*error, ServerError::InvalidProgram { .. })
     ));
 }
 

@@ -10,105 +10,61 @@
 //!   device stays healthy.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::Ordering;
 
 use cistern_kernels::{GemmSpec, KernelError, StepContext};
 
-use super::executor::DeviceState;
+use super::device::CpuLaunch;
 use super::memory::HostSlice;
+use crate::backend::stream::{KernelFault, LaunchError};
 use crate::fault::panic_message;
 use crate::{Kernel, OptimizerArgs, ServerError};
 
-/// A CPU kernel's launch with its bindings resolved.
-#[derive(Debug)]
-pub(super) struct CpuLaunch {
-    pub(super) kernel: Kernel,
-    pub(super) bindings: Vec<HostSlice>,
+/// How a batch went: its result (with the failing launch's index) and the
+/// kernels that ran to completion, `Empty` ones apart.
+#[derive(Debug, PartialEq)]
+pub(super) struct BatchOutcome {
+    pub(super) result: Result<(), (usize, LaunchError)>,
+    pub(super) empty: u64,
+    pub(super) others: u64,
 }
 
-/// A sticky fault raised while running device work.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum KernelFault {
-    /// The kernel trapped, as the `Trap` kernel does.
-    Trap,
-    /// The work panicked.
-    Panicked(String),
-    /// A binding the server's checks should have made impossible (missing,
-    /// misaligned, of the wrong length).
-    Malformed(String),
-}
-
-impl std::fmt::Display for KernelFault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KernelFault::Trap => f.write_str("the kernel trapped"),
-            KernelFault::Panicked(message) => write!(f, "the kernel panicked: {message}"),
-            KernelFault::Malformed(message) => write!(f, "malformed launch: {message}"),
-        }
-    }
-}
-
-/// Why a launch did not complete.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) enum LaunchError {
-    /// Sticky: the device is poisoned.
-    Fault(KernelFault),
-    /// Operation-local: the kernel refused its data and changed nothing.
-    Refused(ServerError),
-}
-
-impl From<KernelFault> for LaunchError {
-    fn from(fault: KernelFault) -> Self {
-        LaunchError::Fault(fault)
-    }
-}
-
-/// Runs `work`, turning a panic inside it into a fault.
-pub(super) fn caught<T>(work: impl FnOnce() -> Result<T, KernelFault>) -> Result<T, KernelFault> {
-    match catch_unwind(AssertUnwindSafe(work)) {
-        Ok(result) => result,
-        Err(payload) => Err(KernelFault::Panicked(panic_message(payload.as_ref()))),
-    }
-}
-
-/// Runs `launches` in order on this thread, stopping at the first failure,
-/// which it answers with the failing launch's index; a panic is a fault.
-/// `Empty` launches are counted here and added to the device's counters
-/// once per call, so a replayed graph pays no shared-counter traffic per
-/// launch.
-pub(super) fn run_all(
-    launches: &[CpuLaunch],
-    device: &DeviceState,
-) -> Result<(), (usize, LaunchError)> {
+/// Runs `launches` in order on this thread, stopping at the first failure;
+/// a panic is a fault. Counted once per call, so a replayed graph pays no
+/// shared-counter traffic per launch.
+pub(super) fn run_all(launches: &[CpuLaunch]) -> BatchOutcome {
     let mut index = 0;
     let mut empty = 0;
+    let mut others = 0;
     // One unwind guard per batch: `index` names the launch that panicked.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         while let Some(launch) = launches.get(index) {
             if matches!(launch.kernel, Kernel::Empty) {
+                // The cheapest path: launch-overhead benchmarks count on it.
                 empty += 1;
             } else {
-                run(launch, device)?;
+                run(launch)?;
+                others += 1;
             }
             index += 1;
         }
         Ok(())
     }));
-    if empty > 0 {
-        device.empty_kernel_runs.fetch_add(empty, Ordering::Relaxed);
-        device.kernels_run.fetch_add(empty, Ordering::Relaxed);
-    }
-    match outcome {
+    let result = match outcome {
         Ok(result) => result.map_err(|error| (index, error)),
         Err(payload) => Err((
             index,
             KernelFault::Panicked(panic_message(payload.as_ref())).into(),
         )),
+    };
+    BatchOutcome {
+        result,
+        empty,
+        others,
     }
 }
 
 /// Runs one launch on this thread.
-fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
+fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
     let refused = |error: KernelError| {
         LaunchError::Refused(ServerError::InvalidArgument {
             message: format!("{}: {error}", launch.kernel.name()),
@@ -117,16 +73,12 @@ fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
     let b = Bound(launch);
     match &launch.kernel {
         &Kernel::Fill { value } => cistern_kernels::fill(b.write(0)?, value),
-        Kernel::Copy => copy(b.bytes(0)?, b.bytes_mut(1)?)?,
+        Kernel::Copy => copy_bytes(b.bytes(0)?, b.bytes_mut(1)?)?,
         Kernel::Identity => {
             cistern_kernels::copy(b.read(0)?, b.write(1)?).map_err(refused)?;
         }
-        Kernel::Empty => {
-            // The cheapest path: launch-overhead benchmarks count on it.
-            device.empty_kernel_runs.fetch_add(1, Ordering::Relaxed);
-            device.kernels_run.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
+        // Counted by `run_all` without a call.
+        Kernel::Empty => {}
         Kernel::Trap => return Err(KernelFault::Trap.into()),
         &Kernel::Scale { factor } => cistern_kernels::scale(b.write(0)?, factor),
         &Kernel::Axpy { alpha } => {
@@ -175,7 +127,6 @@ fn run(launch: &CpuLaunch, device: &DeviceState) -> Result<(), LaunchError> {
         }
         Kernel::OptimizerStep(step) => optimizer_step(&b, step, launch.bindings.len(), refused)?,
     }
-    device.kernels_run.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -263,7 +214,8 @@ fn index(value: u64) -> Result<usize, KernelFault> {
     usize::try_from(value).map_err(|_| malformed(format!("{value} does not fit in usize")))
 }
 
-fn copy(source: &[u8], target: &mut [u8]) -> Result<(), KernelFault> {
+/// Copies `source` to `target`, which must be as long.
+pub(super) fn copy_bytes(source: &[u8], target: &mut [u8]) -> Result<(), KernelFault> {
     if source.len() != target.len() {
         return Err(malformed("copy sizes differ"));
     }
@@ -276,18 +228,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_panic_inside_work_becomes_a_fault() {
-        let result: Result<(), _> = caught(|| panic!("index out of bounds"));
-        assert_eq!(
-            result,
-            Err(KernelFault::Panicked("index out of bounds".into()))
-        );
-    }
-
-    #[test]
     fn a_copy_of_unequal_sizes_is_malformed() {
         assert!(matches!(
-            copy(&[1, 2, 3], &mut [0, 0]),
+            copy_bytes(&[1, 2, 3], &mut [0, 0]),
             Err(KernelFault::Malformed(_))
         ));
     }
@@ -301,24 +244,23 @@ mod tests {
 
     #[test]
     fn a_batch_stops_at_its_trap_and_counts_the_empty_launches_before_it() {
-        let device = DeviceState::new(0);
         let batch = [Kernel::Empty, Kernel::Empty, Kernel::Trap, Kernel::Empty].map(bare);
+        let outcome = run_all(&batch);
         assert_eq!(
-            run_all(&batch, &device),
+            outcome.result,
             Err((2, LaunchError::Fault(KernelFault::Trap)))
         );
-        assert_eq!(device.empty_kernel_runs.load(Ordering::Relaxed), 2);
-        assert_eq!(device.kernels_run.load(Ordering::Relaxed), 2);
+        assert_eq!((outcome.empty, outcome.others), (2, 0));
     }
 
     #[test]
     fn a_malformed_launch_in_a_batch_is_named_by_its_index() {
-        let device = DeviceState::new(0);
         let batch = [Kernel::Empty, Kernel::Scale { factor: 2.0 }].map(bare);
+        let outcome = run_all(&batch);
         assert!(matches!(
-            run_all(&batch, &device),
+            outcome.result,
             Err((1, LaunchError::Fault(KernelFault::Malformed(_))))
         ));
-        assert_eq!(device.kernels_run.load(Ordering::Relaxed), 1);
+        assert_eq!((outcome.empty, outcome.others), (1, 0));
     }
 }

@@ -1,8 +1,9 @@
-//! The CPU backend: host memory, one executor thread per stream.
+//! The CPU backend: host memory, one executor thread per stream running
+//! the shared stream protocol over [`CpuStream`](device::CpuStream).
 
 mod binding_lists;
+mod device;
 mod event;
-mod executor;
 mod kernels;
 mod memory;
 mod strided;
@@ -12,20 +13,20 @@ pub use strided::MAX_STRIDED_RANK;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use cistern_memory::{HostStorage, IoError, SliceLocation, StreamId};
+use cistern_memory::{HostStorage, IdMap, IoError, SliceLocation, StreamId};
 
 use self::binding_lists::{SpareLists, binding_lists};
+use self::device::{CpuCounters, CpuStream};
 use self::event::{CpuEvent, EventSignal};
-use self::executor::{DeviceState, Job, StreamExecutor, StreamProgress, Task};
-use self::kernels::CpuLaunch;
 use self::memory::HostSlice;
-use super::{
-    Backend, Completion, DeviceCounters, Refused, ResolvedLaunch, StreamWork, StrideLayout,
+use super::stream::{
+    BoundLaunch, DeviceHealth, Job, Resolver, StreamProgress, StreamRunner, bind_launches,
+    refuse_all,
 };
+use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
 use crate::command::EventId;
 use crate::sync::{Sender, unbounded};
 use crate::{Device, ServerError};
-use cistern_memory::IdMap;
 
 /// The alignment of every host page: enough for any element type and for
 /// cache-line friendly kernels.
@@ -35,8 +36,8 @@ pub const CPU_ALIGNMENT: u64 = 256;
 /// its executor thread.
 #[derive(Debug)]
 struct StreamQueue {
-    jobs: Sender<Vec<Job>>,
-    pending: Vec<Job>,
+    jobs: Sender<Vec<Job<CpuStream>>>,
+    pending: Vec<Job<CpuStream>>,
     /// Host-slice lists for single launches, recycled by the executor.
     lists: SpareLists,
     /// The sequence of the last job accepted for this stream.
@@ -54,7 +55,8 @@ pub struct CpuBackend {
     ordinal: usize,
     executors: IdMap<StreamId, StreamQueue>,
     events: IdMap<EventId, Arc<CpuEvent>>,
-    device: Arc<DeviceState>,
+    health: Arc<DeviceHealth>,
+    counters: Arc<CpuCounters>,
     completions: Sender<Completion>,
 }
 
@@ -66,105 +68,11 @@ impl CpuBackend {
             ordinal,
             executors: IdMap::default(),
             events: IdMap::default(),
-            device: Arc::new(DeviceState::new(ordinal)),
+            health: Arc::new(DeviceHealth::new(ordinal)),
+            counters: Arc::default(),
             completions,
         };
         (backend, HostStorage::with_alignment(CPU_ALIGNMENT))
-    }
-
-    /// Resolves `work`'s locations to host memory (and its events to
-    /// `events`); hands it back on failure.
-    fn resolve_task(
-        events: &mut IdMap<EventId, Arc<CpuEvent>>,
-        lists: &mut SpareLists,
-        storage: &HostStorage,
-        work: StreamWork,
-    ) -> Result<Task, Box<Refused>> {
-        let slice = |location: SliceLocation| HostSlice::resolve(storage, location);
-        let pair =
-            |a: SliceLocation, b: SliceLocation| Ok::<_, ServerError>((slice(a)?, slice(b)?));
-        let refused = |error: ServerError, work: StreamWork| Err(Box::new(Refused { error, work }));
-        Ok(match work {
-            StreamWork::Write { target, data } => match slice(target) {
-                Ok(slice) => Task::Write {
-                    target: slice,
-                    data,
-                },
-                Err(error) => return refused(error, StreamWork::Write { target, data }),
-            },
-            StreamWork::Read { source, reply } => match slice(source) {
-                Ok(slice) => Task::Read {
-                    source: slice,
-                    reply,
-                },
-                Err(error) => return refused(error, StreamWork::Read { source, reply }),
-            },
-            StreamWork::Copy { source, target } => match pair(source, target) {
-                Ok((source, target)) => Task::Copy { source, target },
-                Err(error) => return refused(error, StreamWork::Copy { source, target }),
-            },
-            StreamWork::StridedCopy {
-                source,
-                target,
-                layout,
-            } => match pair(source, target) {
-                Ok((from, to)) => Task::Strided {
-                    source: from,
-                    target: to,
-                    layout,
-                },
-                Err(error) => {
-                    let work = StreamWork::StridedCopy {
-                        source,
-                        target,
-                        layout,
-                    };
-                    return refused(error, work);
-                }
-            },
-            StreamWork::Launch { launch, token } => {
-                match host_slices_into(lists.take(launch.bindings.len()), storage, &launch.bindings)
-                {
-                    // The arguments move: no clone on the per-launch path.
-                    Ok(bindings) => Task::Launch {
-                        launch: CpuLaunch {
-                            kernel: launch.kernel,
-                            bindings,
-                        },
-                        token,
-                    },
-                    Err(error) => return refused(error, StreamWork::Launch { launch, token }),
-                }
-            }
-            StreamWork::Batch { launches, token } => {
-                // A graph's list keeps its host form across replays.
-                match launches.prepared(|list| cpu_launches(storage, list)) {
-                    Ok(resolved) => Task::Batch {
-                        launches: resolved,
-                        token,
-                    },
-                    Err(error) => return refused(error, StreamWork::Batch { launches, token }),
-                }
-            }
-            StreamWork::RecordEvent { event } => {
-                let cell = Arc::new(CpuEvent::default());
-                events.insert(event, cell.clone());
-                Task::Record(EventSignal(cell))
-            }
-            StreamWork::WaitEvent { event } => match events.get(&event) {
-                Some(cell) => Task::Wait(cell.clone()),
-                None => {
-                    let error = ServerError::InvalidArgument {
-                        message: format!("unknown event {}", event.0),
-                    };
-                    return refused(error, StreamWork::WaitEvent { event });
-                }
-            },
-            StreamWork::Sync { reply } => Task::Sync { reply },
-            StreamWork::Fail { error } => Task::Fail {
-                error: Box::new(error),
-            },
-        })
     }
 }
 
@@ -191,46 +99,48 @@ fn send_pending(ordinal: usize, stream: StreamId, queue: &mut StreamQueue) {
             ordinal,
             message: format!("the executor of stream {} ended", stream.0),
         };
-        for job in unsent.into_inner() {
-            job.task.refuse(error.clone());
-        }
+        refuse_all(unsent.into_inner(), &error);
     }
 }
 
-fn cpu_launches(
-    storage: &HostStorage,
-    launches: &[ResolvedLaunch],
-) -> Result<Arc<[CpuLaunch]>, ServerError> {
-    launches
-        .iter()
-        .map(|launch| cpu_launch(storage, launch))
-        .collect()
+/// The server-side lookups of one submit: host slices and events.
+struct CpuResolver<'a> {
+    storage: &'a HostStorage,
+    events: &'a mut IdMap<EventId, Arc<CpuEvent>>,
+    lists: &'a mut SpareLists,
 }
 
-fn cpu_launch(storage: &HostStorage, launch: &ResolvedLaunch) -> Result<CpuLaunch, ServerError> {
-    Ok(CpuLaunch {
-        kernel: launch.kernel.clone(),
-        bindings: host_slices(storage, &launch.bindings)?,
-    })
-}
+impl Resolver for CpuResolver<'_> {
+    type Device = CpuStream;
 
-fn host_slices(
-    storage: &HostStorage,
-    locations: &[SliceLocation],
-) -> Result<Vec<HostSlice>, ServerError> {
-    host_slices_into(Vec::with_capacity(locations.len()), storage, locations)
-}
-
-/// Resolves `locations` onto the end of `slices`.
-fn host_slices_into(
-    mut slices: Vec<HostSlice>,
-    storage: &HostStorage,
-    locations: &[SliceLocation],
-) -> Result<Vec<HostSlice>, ServerError> {
-    for location in locations {
-        slices.push(HostSlice::resolve(storage, *location)?);
+    fn slice(&mut self, location: SliceLocation) -> Result<HostSlice, ServerError> {
+        HostSlice::resolve(self.storage, location)
     }
-    Ok(slices)
+
+    fn binding_list(&mut self, len: usize) -> Vec<HostSlice> {
+        self.lists.take(len)
+    }
+
+    fn batch(&mut self, launches: &Launches) -> Result<Arc<[BoundLaunch<HostSlice>]>, ServerError> {
+        let storage = self.storage;
+        launches
+            .prepared(|list| bind_launches(list, |location| HostSlice::resolve(storage, location)))
+    }
+
+    fn record(&mut self, event: EventId) -> EventSignal {
+        let cell = Arc::new(CpuEvent::default());
+        self.events.insert(event, cell.clone());
+        EventSignal(cell)
+    }
+
+    fn wait(&mut self, event: EventId) -> Result<Arc<CpuEvent>, ServerError> {
+        self.events
+            .get(&event)
+            .cloned()
+            .ok_or_else(|| ServerError::InvalidArgument {
+                message: format!("unknown event {}", event.0),
+            })
+    }
 }
 
 impl Backend for CpuBackend {
@@ -244,17 +154,20 @@ impl Backend for CpuBackend {
         let (jobs, queue) = unbounded();
         let (lists, spent) = binding_lists();
         let progress = Arc::new(StreamProgress::default());
-        let executor = StreamExecutor::new(
+        let device = CpuStream {
+            lists: spent,
+            counters: self.counters.clone(),
+        };
+        let runner = StreamRunner::new(
             stream,
-            queue,
-            spent,
-            self.device.clone(),
+            device,
+            self.health.clone(),
             self.completions.clone(),
             progress.clone(),
         );
         std::thread::Builder::new()
             .name(format!("cistern-cpu{}-stream{}", self.ordinal, stream.0))
-            .spawn(move || executor.run())
+            .spawn(move || runner.run(queue))
             .map_err(|e| {
                 ServerError::Io(IoError::unknown(format!(
                     "could not start an executor thread: {e}"
@@ -294,10 +207,15 @@ impl Backend for CpuBackend {
             };
             return Err(Box::new(Refused { error, work }));
         };
-        let task = Self::resolve_task(&mut self.events, &mut queue.lists, storage, work)?;
         // A caller waits on these, perhaps for work gathered on other
         // streams (an event): send everything at once.
-        let urgent = matches!(task, Task::Sync { .. } | Task::Read { .. });
+        let urgent = work.is_urgent();
+        let mut resolver = CpuResolver {
+            storage,
+            events: &mut self.events,
+            lists: &mut queue.lists,
+        };
+        let task = work.resolve(&mut resolver)?;
         if queue.pending.len() == queue.pending.capacity() && !queue.pending.is_empty() {
             // Grow once to a whole batch, not by doubling through it.
             queue
@@ -318,7 +236,7 @@ impl Backend for CpuBackend {
         self.executors.get(&stream).is_some_and(|queue| {
             queue.pending.is_empty()
                 && queue.progress.is_clean_at(queue.last_sequence)
-                && !self.device.is_faulted()
+                && !self.health.is_faulted()
         })
     }
 
@@ -362,14 +280,14 @@ impl Backend for CpuBackend {
 
     fn reset_context(&mut self, generation: u64) -> Result<(), ServerError> {
         // Every executor answered its drain marker and is idle.
-        self.device.reset(generation);
+        self.health.reset(generation);
         Ok(())
     }
 
     fn counters(&self) -> DeviceCounters {
         DeviceCounters {
-            kernels_run: self.device.kernels_run.load(Ordering::Relaxed),
-            empty_kernel_runs: self.device.empty_kernel_runs.load(Ordering::Relaxed),
+            kernels_run: self.counters.kernels_run.load(Ordering::Relaxed),
+            empty_kernel_runs: self.counters.empty_kernel_runs.load(Ordering::Relaxed),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Strided copies on the CPU: any rank up to [`MAX_STRIDED_RANK`].
 
-use super::kernels::KernelFault;
 use crate::backend::StrideLayout;
+use crate::backend::stream::KernelFault;
 
 /// The highest rank the CPU copies; higher ranks answer `UnsupportedStrides`.
 pub const MAX_STRIDED_RANK: usize = 6;
