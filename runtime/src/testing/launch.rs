@@ -1,0 +1,36 @@
+//! What the test device does with one resolved launch: the only place it
+//! knows kernels and their arguments.
+
+use super::memory::SimulatedMemory;
+use crate::backend::{DeviceCounters, ResolvedLaunch};
+use crate::{Kernel, KernelArgs};
+
+/// A launch that faulted on the device, as the `Trap` kernel does.
+pub(super) struct Trapped;
+
+/// Runs `launch` on `memory`: copies and identity move bytes, `Fill` writes
+/// its value, `Trap` faults, every other kernel runs without touching
+/// memory. Returns the kernel that ran, and counts it.
+pub(super) fn run_launch(
+    memory: &mut SimulatedMemory,
+    counters: &mut DeviceCounters,
+    launch: &ResolvedLaunch,
+) -> Result<Kernel, Trapped> {
+    match (launch.kernel, &launch.args) {
+        (Kernel::Trap, _) => return Err(Trapped),
+        (Kernel::Identity | Kernel::Copy, _) => {
+            memory.copy(launch.bindings[0], launch.bindings[1]);
+        }
+        (Kernel::Fill, KernelArgs::Fill { value }) => {
+            for chunk in memory.bytes_mut(launch.bindings[0]).chunks_exact_mut(4) {
+                chunk.copy_from_slice(&value.to_ne_bytes());
+            }
+        }
+        _ => {}
+    }
+    counters.kernels_run += 1;
+    if launch.kernel == Kernel::Empty {
+        counters.empty_kernel_runs += 1;
+    }
+    Ok(launch.kernel)
+}
