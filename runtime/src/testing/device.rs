@@ -275,3 +275,23 @@ impl TestDevice {
         std::mem::take(&mut self.state.lock().held_syncs)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Run;
+    use crate::DEFAULT_STREAM;
+    use crate::testing::TestServer;
+
+    #[test]
+    fn a_completion_waits_until_the_test_delivers_it() {
+        let mut server = TestServer::new();
+        let buffer = server.reserve(64);
+        assert_eq!(server.write(buffer, vec![1; 64]), Ok(()));
+        assert_eq!(server.device.busy_streams(), vec![DEFAULT_STREAM]);
+        server.device.run_next(DEFAULT_STREAM, &Run::Normal);
+        assert!(server.device.busy_streams().is_empty());
+        assert!(!server.device.is_quiet());
+        server.device.deliver(usize::MAX);
+        assert!(server.device.is_quiet());
+    }
+}

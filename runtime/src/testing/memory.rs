@@ -80,3 +80,41 @@ fn element(location: SliceLocation, offset: u64, size: u64) -> SliceLocation {
         size,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cistern_memory::{SliceLocation, StorageId};
+
+    use super::SimulatedMemory;
+    use crate::backend::StrideLayout;
+
+    fn at(storage: u64, offset: u64, size: u64) -> SliceLocation {
+        SliceLocation {
+            storage: StorageId(storage),
+            offset,
+            size,
+        }
+    }
+
+    #[test]
+    fn bytes_never_written_read_as_zero() {
+        let mut memory = SimulatedMemory::default();
+        assert_eq!(memory.bytes_mut(at(1, 8, 4)), &[0; 4]);
+    }
+
+    #[test]
+    fn a_strided_copy_with_swapped_strides_transposes() {
+        let mut memory = SimulatedMemory::default();
+        memory
+            .bytes_mut(at(1, 0, 6))
+            .copy_from_slice(&[1, 2, 3, 4, 5, 6]);
+        let layout = StrideLayout {
+            shape: vec![2, 3],
+            source_strides: vec![3, 1],
+            target_strides: vec![1, 2],
+            element_size: 1,
+        };
+        memory.strided_copy(at(1, 0, 6), at(2, 0, 6), &layout);
+        assert_eq!(memory.bytes_mut(at(2, 0, 6)), &[1, 4, 2, 5, 3, 6]);
+    }
+}
