@@ -5,8 +5,6 @@
 //!
 //! A failure names its seed and step; `CISTERN_SIM_SEED=N` replays one seed.
 
-#[path = "simulation/device.rs"]
-mod device;
 #[path = "simulation/invariants.rs"]
 mod invariants;
 #[path = "simulation/model.rs"]

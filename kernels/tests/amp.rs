@@ -5,10 +5,10 @@ mod common;
 use cistern_kernels::{
     KernelError, Segment, StepContext, StepOutcome, amp_unscale, optimizer_step,
 };
+use cistern_memory::SplitMix64;
 use cistern_optim::{
     AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
 };
-use common::Rng;
 
 #[test]
 fn unscale_multiplies_by_the_inverse_scale_and_leaves_the_flag_clear_when_finite() {
@@ -22,7 +22,7 @@ fn unscale_multiplies_by_the_inverse_scale_and_leaves_the_flag_clear_when_finite
 #[test]
 fn unscale_sets_the_flag_for_infinity_and_nan_in_large_buffers() {
     for bad in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
-        let mut grads = Rng::new(4).vec(100_003);
+        let mut grads = SplitMix64::new(4).symmetric_f32s(100_003);
         grads[77_777] = bad;
         let mut flag = [0.0f32];
         amp_unscale(&mut grads, 0.5, &mut flag).unwrap();
@@ -70,9 +70,9 @@ fn every_optimizer_skips_itself_and_changes_nothing_when_the_flag_is_set() {
     ];
     let segments = [Segment::new(0, 5), Segment::new(5, 1000)];
     for config in configs {
-        let mut rng = Rng::new(9);
-        let initial = rng.params(1005);
-        let mut grads = rng.vec(1005);
+        let mut rng = SplitMix64::new(9);
+        let initial = rng.non_zero_f32s(1005, 1.0);
+        let mut grads = rng.symmetric_f32s(1005);
         grads[3] = f32::INFINITY;
         grads[600] = f32::NAN;
         let mut flag = [0.0f32];
@@ -82,7 +82,7 @@ fn every_optimizer_skips_itself_and_changes_nothing_when_the_flag_is_set() {
         let mut params = initial.clone();
         // Non-negative, so second moments are valid.
         let mut state: Vec<Vec<f32>> = (0..config.state_layout().len())
-            .map(|_| rng.vec(1005).iter().map(|v| v.abs()).collect())
+            .map(|_| rng.symmetric_f32s(1005).iter().map(|v| v.abs()).collect())
             .collect();
         let before = state.clone();
         let mut views: Vec<&mut [f32]> = state.iter_mut().map(|b| b.as_mut_slice()).collect();
@@ -101,7 +101,7 @@ fn every_optimizer_skips_itself_and_changes_nothing_when_the_flag_is_set() {
             found_inf: Some(&clear),
             ..ctx
         };
-        let finite_grads = rng.vec(1005);
+        let finite_grads = rng.symmetric_f32s(1005);
         let mut views: Vec<&mut [f32]> = state.iter_mut().map(|b| b.as_mut_slice()).collect();
         let outcome = optimizer_step(&config, &ctx, &mut params, &finite_grads, &mut views);
         assert_eq!(outcome, Ok(StepOutcome::Applied), "{config:?}");

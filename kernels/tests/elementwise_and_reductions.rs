@@ -6,7 +6,7 @@ use cistern_kernels::{
     KernelError, Segment, add, axpy, column_sum, copy, fill, mse_loss, mse_loss_backward, mul,
     scale, segment_sum, segment_sum_squares,
 };
-use common::Rng;
+use cistern_memory::SplitMix64;
 use proptest::prelude::*;
 
 proptest! {
@@ -14,8 +14,8 @@ proptest! {
 
     #[test]
     fn axpy_add_mul_and_scale_match_plain_loops(len in 0usize..300, s in -4.0f32..4.0, seed in 0u64..1000) {
-        let mut rng = Rng::new(seed);
-        let (a, c) = (rng.vec(len), rng.vec(len));
+        let mut rng = SplitMix64::new(seed);
+        let (a, c) = (rng.symmetric_f32s(len), rng.symmetric_f32s(len));
         let mut out = a.clone();
         axpy(&mut out, s, &c).unwrap();
         for i in 0..len {
@@ -37,7 +37,7 @@ proptest! {
     #[test]
     fn segment_sums_match_plain_sums(lens in proptest::collection::vec(0usize..50, 0..20), seed in 0u64..1000) {
         let (segments, n) = common::segments(&lens, 1);
-        let x = Rng::new(seed).vec(n);
+        let x = SplitMix64::new(seed).symmetric_f32s(n);
         let mut sums = vec![0.0; segments.len()];
         let mut squares = vec![0.0; segments.len()];
         segment_sum(&x, &segments, &mut sums).unwrap();
@@ -54,9 +54,9 @@ proptest! {
 
 #[test]
 fn large_buffers_run_in_parallel_and_match_plain_loops() {
-    let mut rng = Rng::new(8);
+    let mut rng = SplitMix64::new(8);
     let n = 200_001;
-    let (a, c) = (rng.vec(n), rng.vec(n));
+    let (a, c) = (rng.symmetric_f32s(n), rng.symmetric_f32s(n));
     let mut out = a.clone();
     axpy(&mut out, 0.25, &c).unwrap();
     assert!((0..n).all(|i| out[i] == a[i] + 0.25 * c[i]));
@@ -75,7 +75,7 @@ fn large_buffers_run_in_parallel_and_match_plain_loops() {
 #[test]
 fn column_sum_is_the_bias_gradient() {
     for (rows, cols) in [(1, 1), (7, 3), (1000, 70), (3, 0), (0, 4)] {
-        let x = Rng::new(rows as u64).vec(rows * cols);
+        let x = SplitMix64::new(rows as u64).symmetric_f32s(rows * cols);
         let mut out = vec![f32::NAN; cols];
         column_sum(&x, rows, cols, &mut out).unwrap();
         for j in 0..cols {

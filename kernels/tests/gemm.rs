@@ -3,7 +3,7 @@
 mod common;
 
 use cistern_kernels::{Activation, GemmSpec, KernelError, gemm};
-use common::Rng;
+use cistern_memory::SplitMix64;
 
 fn activate(activation: Activation, x: f64) -> f64 {
     match activation {
@@ -33,11 +33,11 @@ fn activate(activation: Activation, x: f64) -> f64 {
 
 /// Checks `gemm` against a naive triple loop; returns nothing, panics with
 /// the offending case.
-fn check(spec: GemmSpec, with_bias: bool, rng: &mut Rng) {
+fn check(spec: GemmSpec, with_bias: bool, rng: &mut SplitMix64) {
     let GemmSpec { m, n, k, .. } = spec;
-    let a = rng.vec(m * k);
-    let b = rng.vec(k * n);
-    let bias = rng.vec(n);
+    let a = rng.symmetric_f32s(m * k);
+    let b = rng.symmetric_f32s(k * n);
+    let bias = rng.symmetric_f32s(n);
     let mut c = vec![f32::NAN; m * n];
     gemm(&spec, &a, &b, with_bias.then_some(&bias[..]), &mut c).unwrap();
     let a_at = |i: usize, p: usize| {
@@ -89,7 +89,7 @@ const ACTIVATIONS: [Activation; 7] = [
 
 #[test]
 fn gemm_matches_a_naive_product_for_every_transpose_activation_and_bias() {
-    let mut rng = Rng::new(21);
+    let mut rng = SplitMix64::new(21);
     let shapes = [
         (1, 1, 1),
         (3, 5, 7),
@@ -120,7 +120,7 @@ fn gemm_matches_a_naive_product_for_every_transpose_activation_and_bias() {
 
 #[test]
 fn gemm_large_enough_for_a_parallel_epilogue_matches_the_reference() {
-    let mut rng = Rng::new(22);
+    let mut rng = SplitMix64::new(22);
     for transpose_a in [false, true] {
         let spec = GemmSpec {
             m: 301,

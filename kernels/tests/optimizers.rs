@@ -3,12 +3,13 @@
 mod common;
 
 use cistern_kernels::{KernelError, Segment, StepContext, StepOutcome, optimizer_step};
+use cistern_memory::SplitMix64;
 use cistern_optim::parity::{PARAM_FLOOR, STATE_FLOOR, TOLERANCE, max_relative_error};
 use cistern_optim::reference::{self, ReferenceState};
 use cistern_optim::{
     AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
 };
-use common::{Rng, segments};
+use common::segments;
 
 const STEPS: u64 = 20;
 
@@ -25,14 +26,14 @@ fn kernel_state(config: &OptimizerConfig, n: usize) -> Vec<Vec<f32>> {
 /// Runs `STEPS` steps of the kernel and the reference on the same random
 /// data and returns the largest relative error seen in any buffer.
 fn compare(config: &OptimizerConfig, segments: &[Segment], n: usize, seed: u64) -> f64 {
-    let mut rng = Rng::new(seed);
-    let params = rng.params(n);
+    let mut rng = SplitMix64::new(seed);
+    let params = rng.non_zero_f32s(n, 1.0);
     let mut kernel_params = params.clone();
     let mut state = kernel_state(config, n);
     let mut expected = ReferenceState::new(config, params.iter().map(|&p| f64::from(p)).collect());
     let mut worst = 0.0f64;
     for step in 1..=STEPS {
-        let grads = rng.vec(n);
+        let grads = rng.symmetric_f32s(n);
         let ctx = StepContext {
             step,
             segments,
@@ -164,8 +165,8 @@ fn segments_of_length_one_match_the_reference_for_every_family() {
 
 #[test]
 fn thousands_of_small_segments_match_the_reference_for_every_family() {
-    let mut rng = Rng::new(3);
-    let lens: Vec<usize> = (0..3000).map(|_| 1 + rng.below(5)).collect();
+    let mut rng = SplitMix64::new(3);
+    let lens: Vec<usize> = (0..3000).map(|_| 1 + rng.below(5) as usize).collect();
     for gap in [0, 2] {
         let (segments, n) = segments(&lens, gap);
         for config in every_family() {
@@ -237,7 +238,7 @@ fn zero_gradients_leave_parameters_unchanged_without_weight_decay() {
         }),
     ];
     for config in configs {
-        let initial = Rng::new(1).params(n);
+        let initial = SplitMix64::new(1).non_zero_f32s(n, 1.0);
         let mut params = initial.clone();
         let mut state = kernel_state(&config, n);
         for step in 1..=3 {
@@ -327,7 +328,7 @@ fn lamb_without_trust_ratio_still_refuses_a_non_finite_moment() {
 fn lamb_refuses_non_finite_gradients_and_changes_nothing() {
     let config = LambConfig::default();
     let (segments, n) = segments(&[4, 4], 0);
-    let initial = Rng::new(2).params(n);
+    let initial = SplitMix64::new(2).non_zero_f32s(n, 1.0);
     let mut params = initial.clone();
     let mut grads = vec![0.1f32; n];
     grads[5] = f32::INFINITY;

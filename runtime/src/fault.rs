@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 
+use cistern_memory::SplitMix64;
+
 /// Faults to inject into a server, so tests can prove every failure reaches
 /// its owner and the context state machine ends where it should.
 ///
@@ -147,7 +149,7 @@ impl FaultInjector {
             launches: 0,
             reservations: 0,
             transfers: 0,
-            random: SplitMix64(seed),
+            random: SplitMix64::new(seed),
         }))
     }
 
@@ -161,7 +163,7 @@ impl FaultInjector {
         self.launches += 1;
         let nth = self.plan.trap_launch == Some(self.launches);
         let drawn = match self.plan.launch_trap_rate {
-            Some(rate) => self.random.next() % 1_000_000 < u64::from(rate.per_million),
+            Some(rate) => self.random.next_u64() % 1_000_000 < u64::from(rate.per_million),
             None => false,
         };
         nth || drawn
@@ -182,20 +184,6 @@ impl FaultInjector {
     /// How the next probe attempt fails, if it is made to.
     pub(crate) fn next_probe_fault(&mut self) -> Option<ProbeFault> {
         self.probes.pop_front()
-    }
-}
-
-/// Vigna's SplitMix64: tiny, seedable, and good enough to decide faults.
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 }
 

@@ -17,6 +17,8 @@ mod oneshot;
 mod optimizer;
 mod server;
 pub mod sync;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use cistern_kernels::{Activation, GemmSpec, Segment};
 pub use cistern_memory::{

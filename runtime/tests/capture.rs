@@ -1,19 +1,16 @@
-//! Graph capture and replay, driven step by step over a fake device: what
+//! Graph capture and replay, driven step by step over the test device: what
 //! the server queues (nothing while recording, one batch per replay), what
 //! it refuses, and how a graph holds memory. Every test runs on one thread.
 
-#[path = "state_machine/fake.rs"]
-mod fake;
-
 use cistern_memory::{SliceUse, StreamId};
 use cistern_runtime::backend::StreamWork;
+use cistern_runtime::testing::TestServer;
 use cistern_runtime::{
     AllocationPolicy, Binding, BufferRef, CaptureId, Command, ContextState, DEFAULT_STREAM,
     ErrorCode, FailureToken, FaultPlan, GraphInfo, Kernel, KernelLaunch, Region, ServerError,
 };
-use fake::Harness;
 
-fn begin(harness: &mut Harness, stream: StreamId) -> CaptureId {
+fn begin(harness: &mut TestServer, stream: StreamId) -> CaptureId {
     match harness.call(|reply| Command::BeginCapture { stream, reply }) {
         Ok(capture) => capture,
         Err(error) => panic!("begin_capture failed: {error}"),
@@ -21,7 +18,7 @@ fn begin(harness: &mut Harness, stream: StreamId) -> CaptureId {
 }
 
 fn record(
-    harness: &mut Harness,
+    harness: &mut TestServer,
     capture: CaptureId,
     launches: Vec<KernelLaunch>,
 ) -> Result<(), ServerError> {
@@ -32,7 +29,7 @@ fn record(
     })
 }
 
-fn end(harness: &mut Harness, capture: CaptureId) -> GraphInfo {
+fn end(harness: &mut TestServer, capture: CaptureId) -> GraphInfo {
     match harness.call(|reply| Command::EndCapture { capture, reply }) {
         Ok(info) => info,
         Err(error) => panic!("end_capture failed: {error}"),
@@ -47,7 +44,7 @@ fn whole(buffer: BufferRef, size: u64) -> Binding {
     }
 }
 
-fn replay(harness: &mut Harness, stream: StreamId, info: &GraphInfo) -> FailureToken {
+fn replay(harness: &mut TestServer, stream: StreamId, info: &GraphInfo) -> FailureToken {
     let token = FailureToken::new();
     harness.core.handle(Command::Replay {
         stream,
@@ -59,7 +56,7 @@ fn replay(harness: &mut Harness, stream: StreamId, info: &GraphInfo) -> FailureT
 
 #[test]
 fn while_capturing_other_work_is_refused_transiently_and_nothing_is_queued() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let buffer = harness.reserve(64);
     let other = harness.create_stream();
     let capture = begin(&mut harness, DEFAULT_STREAM);
@@ -140,7 +137,7 @@ const SCALE: Kernel = Kernel::Scale { factor: 2.0 };
 
 #[test]
 fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
-    let mut harness = Harness::with_faults(FaultPlan::none().with_trap_at_launch(5));
+    let mut harness = TestServer::with_faults(FaultPlan::none().with_trap_at_launch(5));
     let buffer = harness.reserve(64);
     let capture = begin(&mut harness, DEFAULT_STREAM);
     let scale = KernelLaunch::scale(whole(buffer, 64), 2.0);
@@ -178,7 +175,7 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
 
 #[test]
 fn a_free_of_a_held_allocation_waits_for_the_graph_release() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let used = harness.reserve(64);
     let capture = begin(&mut harness, DEFAULT_STREAM);
     let made = harness.call(|reply| Command::CaptureReserve {
@@ -194,8 +191,8 @@ fn a_free_of_a_held_allocation_waits_for_the_graph_release() {
     assert_eq!(record(&mut harness, capture, vec![copy]), Ok(()));
     let info = end(&mut harness, capture);
     assert_eq!(info.allocations, 2);
-    let live = |harness: &Harness| harness.core.memory().stats().live_allocations;
-    let pinned = |harness: &Harness| {
+    let live = |harness: &TestServer| harness.core.memory().stats().live_allocations;
+    let pinned = |harness: &TestServer| {
         let snapshot = harness.core.memory().snapshot();
         snapshot
             .pages
@@ -224,7 +221,7 @@ fn a_free_of_a_held_allocation_waits_for_the_graph_release() {
 
 #[test]
 fn a_capture_reservation_never_adds_a_page() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let capture = begin(&mut harness, DEFAULT_STREAM);
     let cold = harness.call(|reply| Command::CaptureReserve {
         capture,
@@ -241,7 +238,7 @@ fn a_capture_reservation_never_adds_a_page() {
 
 #[test]
 fn commands_through_an_ended_capture_are_invalid_arguments() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let capture = begin(&mut harness, DEFAULT_STREAM);
     let _ = end(&mut harness, capture);
     let late = record(&mut harness, capture, vec![KernelLaunch::empty()]);
@@ -260,7 +257,7 @@ fn commands_through_an_ended_capture_are_invalid_arguments() {
 
 #[test]
 fn a_bad_launch_is_refused_when_recorded_and_nothing_of_its_batch_is_kept() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let buffer = harness.reserve(64);
     let capture = begin(&mut harness, DEFAULT_STREAM);
     let past_the_end = Binding {
@@ -281,7 +278,7 @@ fn a_bad_launch_is_refused_when_recorded_and_nothing_of_its_batch_is_kept() {
 
 #[test]
 fn a_capture_a_fault_and_a_recovery_ended_is_refused_as_stale() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let capture = begin(&mut harness, DEFAULT_STREAM);
     harness.report_fault(0);
     // Another client recovers before the capturing one calls again.
@@ -317,7 +314,7 @@ fn a_capture_a_fault_and_a_recovery_ended_is_refused_as_stale() {
 
 #[test]
 fn a_fault_while_capturing_poisons_and_an_abort_leaves_it_poisoned() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let capture = begin(&mut harness, DEFAULT_STREAM);
     harness.report_fault(0);
     assert!(harness.state().is_poisoned());

@@ -1,20 +1,17 @@
-//! The context state machine, driven step by step over a fake device: one
+//! The context state machine, driven step by step over the test device: one
 //! test per arrow, and the refusals of each state. Every test runs on one
 //! thread; a server that waited on an executor would hang here.
-
-#[path = "state_machine/fake.rs"]
-mod fake;
 
 use std::time::{Duration, Instant};
 
 use cistern_memory::StreamId;
 use cistern_runtime::backend::StreamWork;
 use cistern_runtime::sync::TryRecvError;
+use cistern_runtime::testing::{Run, TestServer, trap_poison};
 use cistern_runtime::{
     AllocationPolicy, BufferRef, Command, ContextState, DEFAULT_DRAIN_TIMEOUT, DEFAULT_STREAM,
     ErrorCode, EventId, FailureToken, KernelLaunch, Region, ServerError, StridedCopy,
 };
-use fake::{Harness, Run};
 
 fn unit<T>(result: Result<T, ServerError>) -> Result<(), ServerError> {
     result.map(|_| ())
@@ -31,7 +28,7 @@ fn region(buffer: BufferRef, offset: u64) -> Region {
 /// Sends every command that touches the device or its memory and returns
 /// what each answered (a launch through its token).
 fn every_entry_point(
-    harness: &mut Harness,
+    harness: &mut TestServer,
     buffer: BufferRef,
 ) -> Vec<(&'static str, Result<(), ServerError>)> {
     let stream = DEFAULT_STREAM;
@@ -136,7 +133,7 @@ fn every_entry_point(
 }
 
 /// Asserts every entry point was refused with `code` and nothing reached the device.
-fn assert_all_refused(harness: &mut Harness, buffer: BufferRef, code: ErrorCode) {
+fn assert_all_refused(harness: &mut TestServer, buffer: BufferRef, code: ErrorCode) {
     let queued = harness.queued_len();
     for (kind, answer) in every_entry_point(harness, buffer) {
         assert_eq!(answer.map_err(|e| e.code()), Err(code), "{kind}");
@@ -149,7 +146,7 @@ fn assert_all_refused(harness: &mut Harness, buffer: BufferRef, code: ErrorCode)
 }
 
 /// Asserts the queries and releases that never touch the device still answer.
-fn assert_queries_answer(harness: &mut Harness, buffer: BufferRef, stream: StreamId) {
+fn assert_queries_answer(harness: &mut TestServer, buffer: BufferRef, stream: StreamId) {
     assert!(harness.call(|reply| Command::MemoryStats { reply }).is_ok());
     assert!(
         harness
@@ -166,7 +163,7 @@ fn assert_queries_answer(harness: &mut Harness, buffer: BufferRef, stream: Strea
 
 /// Poisons the harness, invalidates, runs the drain and the probe; returns
 /// the invalidate's answer.
-fn recover(harness: &mut Harness) -> Result<ContextState, ServerError> {
+fn recover(harness: &mut TestServer) -> Result<ContextState, ServerError> {
     let seen = harness.state().generation();
     let answer = harness.invalidate(seen);
     harness.run_normally();
@@ -178,21 +175,21 @@ fn recover(harness: &mut Harness) -> Result<ContextState, ServerError> {
 
 #[test]
 fn a_sticky_fault_moves_an_active_context_to_poisoned() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     assert_eq!(harness.state(), ContextState::Active { generation: 0 });
     harness.report_fault(0);
     assert_eq!(
         harness.state(),
         ContextState::Poisoned {
             generation: 0,
-            poison: fake::poison(0)
+            poison: trap_poison(0)
         }
     );
 }
 
 #[test]
 fn an_operation_local_failure_never_poisons() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let buffer = harness.reserve(64);
     let too_long = harness.write(buffer, vec![0; 128]);
     assert_eq!(
@@ -211,7 +208,7 @@ fn an_operation_local_failure_never_poisons() {
 
 #[test]
 fn a_poisoned_context_refuses_every_entry_point_and_touches_nothing() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let buffer = harness.reserve(64);
     let stream = harness.create_stream();
     harness.poison();
@@ -222,19 +219,19 @@ fn a_poisoned_context_refuses_every_entry_point_and_touches_nothing() {
 
 #[test]
 fn an_invalidate_of_an_active_context_changes_nothing() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let answer = harness.invalidate(0);
     assert_eq!(
         answer.try_recv().ok(),
         Some(Ok(ContextState::Active { generation: 0 }))
     );
     assert_eq!(harness.queued_len(), 0);
-    assert!(harness.resets.lock().generations.is_empty());
+    assert!(harness.device.reset_generations().is_empty());
 }
 
 #[test]
 fn an_invalidate_naming_another_generation_changes_nothing() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let answer = harness.invalidate(7);
     assert!(matches!(
@@ -247,7 +244,7 @@ fn an_invalidate_naming_another_generation_changes_nothing() {
 
 #[test]
 fn invalidate_moves_poisoned_to_retiring_and_queues_a_drain_marker_on_every_stream() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let other = harness.create_stream();
     harness.poison();
     let answer = harness.invalidate(0);
@@ -263,7 +260,7 @@ fn invalidate_moves_poisoned_to_retiring_and_queues_a_drain_marker_on_every_stre
 
 #[test]
 fn a_retiring_context_refuses_every_entry_point_with_the_transient_retiring_error() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let buffer = harness.reserve(64);
     let stream = harness.create_stream();
     harness.poison();
@@ -279,7 +276,7 @@ fn a_retiring_context_refuses_every_entry_point_with_the_transient_retiring_erro
 
 #[test]
 fn a_drained_and_probed_context_becomes_active_in_the_next_generation() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let old = harness.reserve(1024);
     harness.poison();
     let in_use_before = harness.core.memory().stats();
@@ -290,9 +287,12 @@ fn a_drained_and_probed_context_becomes_active_in_the_next_generation() {
     );
     assert_eq!(harness.state(), ContextState::Active { generation: 1 });
     // The backend cleared its sticky state for the new generation, once.
-    assert_eq!(harness.resets.lock().generations, vec![1]);
-    // The probe ran the identity kernel for real on the fake.
-    assert_eq!(harness.kernels_run, vec![cistern_runtime::Kernel::Identity]);
+    assert_eq!(harness.device.reset_generations(), vec![1]);
+    // The probe ran the identity kernel for real on the test device.
+    assert_eq!(
+        harness.device.kernels_run(),
+        vec![cistern_runtime::Kernel::Identity]
+    );
     // The old generation's memory is gone: only the probe's may linger until freed.
     assert!(harness.core.memory().stats().in_use_bytes <= 256);
     // An old handle is stale and reaches nothing; a fresh one works.
@@ -314,7 +314,7 @@ fn a_drained_and_probed_context_becomes_active_in_the_next_generation() {
 
 #[test]
 fn a_stale_handle_is_refused_by_every_entry_point_that_names_one() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let old = harness.reserve(64);
     harness.poison();
     assert!(recover(&mut harness).is_ok());
@@ -343,7 +343,7 @@ fn a_stale_handle_is_refused_by_every_entry_point_that_names_one() {
 
 #[test]
 fn invalidates_during_a_recovery_share_its_outcome() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let first = harness.invalidate(0);
     let second = harness.invalidate(0);
@@ -355,12 +355,12 @@ fn invalidates_during_a_recovery_share_its_outcome() {
             Some(Ok(ContextState::Active { generation: 1 }))
         );
     }
-    assert_eq!(harness.resets.lock().generations, vec![1]);
+    assert_eq!(harness.device.reset_generations(), vec![1]);
 }
 
 #[test]
 fn a_late_invalidate_after_recovery_changes_nothing() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     assert!(recover(&mut harness).is_ok());
     let late = harness.invalidate(0);
@@ -369,12 +369,12 @@ fn a_late_invalidate_after_recovery_changes_nothing() {
         Some(Ok(ContextState::Active { generation: 1 }))
     );
     assert_eq!(harness.queued_len(), 0);
-    assert_eq!(harness.resets.lock().generations, vec![1]);
+    assert_eq!(harness.device.reset_generations(), vec![1]);
 }
 
 #[test]
 fn frees_of_old_handles_after_recovery_are_ignored() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let old = harness.reserve(64);
     harness.poison();
     assert!(recover(&mut harness).is_ok());
@@ -391,7 +391,7 @@ fn frees_of_old_handles_after_recovery_are_ignored() {
 
 #[test]
 fn a_fault_reported_while_retiring_does_not_poison_the_recovered_context() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let answer = harness.invalidate(0);
     // A late report of the old generation's fault, seen during the drain.
@@ -406,7 +406,7 @@ fn a_fault_reported_while_retiring_does_not_poison_the_recovered_context() {
 
 #[test]
 fn a_drain_past_its_bound_ends_unrecoverable() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let answer = harness.invalidate(0);
     harness.run(&Run::HoldSyncs);
@@ -422,17 +422,17 @@ fn a_drain_past_its_bound_ends_unrecoverable() {
         Ok(Err(ServerError::ContextUnrecoverable { ordinal: 0, .. }))
     ));
     // A marker answered after the end changes nothing.
-    for held in harness.held.drain(..) {
+    for held in harness.device.take_held_syncs() {
         let _ = held.send(Ok(()));
     }
     harness.core.tick(Instant::now());
     assert!(harness.state().is_unrecoverable());
-    assert!(harness.resets.lock().generations.is_empty());
+    assert!(harness.device.reset_generations().is_empty());
 }
 
 #[test]
 fn a_configured_drain_bound_is_the_one_used() {
-    let mut harness = Harness::with_drain_timeout(Duration::from_millis(10));
+    let mut harness = TestServer::with_drain_timeout(Duration::from_millis(10));
     harness.poison();
     let _answer = harness.invalidate(0);
     harness.run(&Run::HoldSyncs);
@@ -444,7 +444,7 @@ fn a_configured_drain_bound_is_the_one_used() {
 
 #[test]
 fn a_lost_drain_marker_ends_unrecoverable() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let answer = harness.invalidate(0);
     harness.run(&Run::LoseSyncs);
@@ -456,10 +456,12 @@ fn a_lost_drain_marker_ends_unrecoverable() {
 
 #[test]
 fn a_failed_sync_after_the_drain_ends_unrecoverable() {
-    let mut harness = Harness::new();
-    harness.resets.lock().fail_with = Some(ServerError::TransferFailed {
-        message: "synchronize failed".into(),
-    });
+    let mut harness = TestServer::new();
+    harness
+        .device
+        .fail_resets_with(Some(ServerError::TransferFailed {
+            message: "synchronize failed".into(),
+        }));
     harness.poison();
     let answer = harness.invalidate(0);
     harness.run_normally();
@@ -471,7 +473,7 @@ fn a_failed_sync_after_the_drain_ends_unrecoverable() {
 
 #[test]
 fn an_unrecoverable_context_refuses_every_call_and_every_invalidate() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let buffer = harness.reserve(64);
     let stream = harness.create_stream();
     harness.poison();
@@ -492,7 +494,7 @@ fn an_unrecoverable_context_refuses_every_call_and_every_invalidate() {
 
 #[test]
 fn a_launch_refused_while_retiring_is_not_latched_on_its_stream() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let answer = harness.invalidate(0);
     let token = FailureToken::new();

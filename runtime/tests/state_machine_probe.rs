@@ -1,22 +1,19 @@
 //! The recovery probe's failure paths and the fault plan, driven step by
-//! step over a fake device.
-
-#[path = "state_machine/fake.rs"]
-mod fake;
+//! step over the test device.
 
 use std::time::{Duration, Instant};
 
 use cistern_runtime::backend::StreamWork;
+use cistern_runtime::testing::{Run, TestServer, trap_poison};
 use cistern_runtime::{
     AllocationPolicy, Binding, BufferRef, Command, ContextState, DEFAULT_DRAIN_TIMEOUT,
     DEFAULT_STREAM, ErrorCode, FailureToken, FaultPlan, Kernel, KernelLaunch, ProbeFault, Region,
     ServerError,
 };
-use fake::{Harness, Run};
 
 /// Poisons, invalidates and runs the device as `run` says; returns the
 /// invalidate's answer.
-fn recover_with(harness: &mut Harness, run: &Run) -> Result<ContextState, ServerError> {
+fn recover_with(harness: &mut TestServer, run: &Run) -> Result<ContextState, ServerError> {
     harness.poison();
     let seen = harness.state().generation();
     let answer = harness.invalidate(seen);
@@ -45,27 +42,27 @@ fn whole(buffer: BufferRef, size: u64) -> Binding {
 #[test]
 fn three_operation_local_probe_failures_end_unrecoverable() {
     let plan = FaultPlan::none().with_probe_faults([ProbeFault::OperationLocal; 3]);
-    let mut harness = Harness::with_faults(plan);
+    let mut harness = TestServer::with_faults(plan);
     let error = probe_error(recover_with(&mut harness, &Run::Normal));
     assert!(error.contains("3 times"), "{error}");
     assert!(harness.state().is_unrecoverable());
-    assert!(harness.kernels_run.is_empty());
+    assert!(harness.device.kernels_run().is_empty());
 }
 
 #[test]
 fn two_operation_local_probe_failures_then_a_pass_end_active() {
     let plan = FaultPlan::none().with_probe_faults([ProbeFault::OperationLocal; 2]);
-    let mut harness = Harness::with_faults(plan);
+    let mut harness = TestServer::with_faults(plan);
     assert_eq!(
         recover_with(&mut harness, &Run::Normal),
         Ok(ContextState::Active { generation: 1 })
     );
-    assert_eq!(harness.kernels_run, vec![Kernel::Identity]);
+    assert_eq!(harness.device.kernels_run(), vec![Kernel::Identity]);
 }
 
 #[test]
 fn a_probe_read_that_fails_operation_locally_is_retried_up_to_three_attempts() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let failing = Run::FailReads(ServerError::TransferFailed {
         message: "bus reset".into(),
     });
@@ -75,47 +72,50 @@ fn a_probe_read_that_fails_operation_locally_is_retried_up_to_three_attempts() {
         "{error}"
     );
     // Each attempt ran its kernel before its read failed.
-    assert_eq!(harness.kernels_run, vec![Kernel::Identity; 3]);
+    assert_eq!(harness.device.kernels_run(), vec![Kernel::Identity; 3]);
 }
 
 #[test]
 fn a_sticky_probe_failure_ends_unrecoverable_without_a_second_attempt() {
     let plan = FaultPlan::none().with_probe_faults([ProbeFault::Sticky]);
-    let mut harness = Harness::with_faults(plan);
+    let mut harness = TestServer::with_faults(plan);
     let error = probe_error(recover_with(&mut harness, &Run::Normal));
     assert!(error.contains("kernel"), "{error}");
-    assert!(harness.kernels_run.is_empty());
+    assert!(harness.device.kernels_run().is_empty());
     assert!(harness.state().is_unrecoverable());
 }
 
 #[test]
 fn a_probe_whose_read_answers_a_device_fault_ends_unrecoverable() {
-    let mut harness = Harness::new();
-    let poisoned = Run::FailReads(ServerError::ContextPoisoned(fake::poison(1)));
+    let mut harness = TestServer::new();
+    let poisoned = Run::FailReads(ServerError::ContextPoisoned(trap_poison(1)));
     probe_error(recover_with(&mut harness, &poisoned));
-    assert_eq!(harness.kernels_run, vec![Kernel::Identity]);
+    assert_eq!(harness.device.kernels_run(), vec![Kernel::Identity]);
 }
 
 #[test]
 fn a_mismatching_probe_ends_unrecoverable() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     let error = probe_error(recover_with(&mut harness, &Run::CorruptReads));
     assert!(error.contains("wrong"), "{error}");
-    assert_eq!(harness.kernels_run, vec![Kernel::Identity]);
+    assert_eq!(harness.device.kernels_run(), vec![Kernel::Identity]);
 }
 
 #[test]
 fn an_injected_mismatch_runs_the_wrong_kernel_and_ends_unrecoverable() {
     let plan = FaultPlan::none().with_probe_faults([ProbeFault::Mismatch]);
-    let mut harness = Harness::with_faults(plan);
+    let mut harness = TestServer::with_faults(plan);
     let error = probe_error(recover_with(&mut harness, &Run::Normal));
     assert!(error.contains("wrong"), "{error}");
-    assert_eq!(harness.kernels_run, vec![Kernel::Fill { value: 0.0 }]);
+    assert_eq!(
+        harness.device.kernels_run(),
+        vec![Kernel::Fill { value: 0.0 }]
+    );
 }
 
 #[test]
 fn a_probe_past_its_bound_ends_unrecoverable() {
-    let mut harness = Harness::new();
+    let mut harness = TestServer::new();
     harness.poison();
     let answer = harness.invalidate(0);
     // Answer only the drain markers: the probe's work stays queued.
@@ -148,7 +148,7 @@ fn a_probe_past_its_bound_ends_unrecoverable() {
 
 #[test]
 fn the_nth_accepted_launch_traps_and_refused_launches_do_not_count() {
-    let mut harness = Harness::with_faults(FaultPlan::none().with_trap_at_launch(2));
+    let mut harness = TestServer::with_faults(FaultPlan::none().with_trap_at_launch(2));
     let buffer = harness.reserve(64);
     // Refused (past the end): not executed, not counted.
     harness.core.handle(Command::Launch {
@@ -171,13 +171,16 @@ fn the_nth_accepted_launch_traps_and_refused_launches_do_not_count() {
     assert_eq!(tokens[0].check(), Some(Ok(())));
     assert!(tokens[1].wait().is_err_and(|e| e.is_device_poisoned()));
     assert!(tokens[2].wait().is_err_and(|e| e.is_device_poisoned()));
-    assert_eq!(harness.kernels_run, vec![Kernel::Fill { value: 1.0 }]);
+    assert_eq!(
+        harness.device.kernels_run(),
+        vec![Kernel::Fill { value: 1.0 }]
+    );
     assert!(harness.state().is_poisoned());
 }
 
 #[test]
 fn a_trap_inside_a_batch_poisons_and_no_later_launch_of_the_batch_runs() {
-    let mut harness = Harness::with_faults(FaultPlan::none().with_trap_at_launch(2));
+    let mut harness = TestServer::with_faults(FaultPlan::none().with_trap_at_launch(2));
     let token = FailureToken::new();
     harness.core.handle(Command::LaunchBatch {
         stream: DEFAULT_STREAM,
@@ -186,13 +189,13 @@ fn a_trap_inside_a_batch_poisons_and_no_later_launch_of_the_batch_runs() {
     });
     harness.run_normally();
     assert!(token.wait().is_err_and(|e| e.is_device_poisoned()));
-    assert_eq!(harness.kernels_run, vec![Kernel::Empty]);
+    assert_eq!(harness.device.kernels_run(), vec![Kernel::Empty]);
     assert!(harness.state().is_poisoned());
 }
 
 #[test]
 fn the_nth_reservation_fails_out_of_memory_without_poisoning() {
-    let mut harness = Harness::with_faults(FaultPlan::none().with_failed_reservation(2));
+    let mut harness = TestServer::with_faults(FaultPlan::none().with_failed_reservation(2));
     harness.reserve(64);
     let second = harness.call(|reply| Command::Reserve {
         size: 64,
@@ -210,7 +213,7 @@ fn the_nth_reservation_fails_out_of_memory_without_poisoning() {
 
 #[test]
 fn the_nth_transfer_fails_without_poisoning_or_touching_the_device() {
-    let mut harness = Harness::with_faults(FaultPlan::none().with_failed_transfer(2));
+    let mut harness = TestServer::with_faults(FaultPlan::none().with_failed_transfer(2));
     let buffer = harness.reserve(64);
     assert_eq!(harness.write(buffer, vec![1; 64]), Ok(()));
     let queued = harness.queued_len();
@@ -232,7 +235,7 @@ fn the_nth_transfer_fails_without_poisoning_or_touching_the_device() {
 /// The indices (from 1) of the launches that trapped, one launch and one
 /// recovery at a time.
 fn trapped_launches(seed: u64, launches: u64) -> Vec<u64> {
-    let mut harness = Harness::with_faults(FaultPlan::none().with_trap_rate(seed, 0.2));
+    let mut harness = TestServer::with_faults(FaultPlan::none().with_trap_rate(seed, 0.2));
     let mut trapped = Vec::new();
     for index in 1..=launches {
         let token = FailureToken::new();

@@ -3,18 +3,15 @@
 //! tests running beside it on other threads could leave its callsites
 //! disabled for the scoped subscriber.
 
-#[path = "state_machine/fake.rs"]
-mod fake;
-
 use std::sync::Arc;
 
 use cistern_runtime::sync::Mutex;
+use cistern_runtime::testing::TestServer;
 use cistern_runtime::{ContextState, ServerError};
-use fake::Harness;
 
 /// Poisons the harness, invalidates, runs the drain and the probe; returns
 /// the invalidate's answer.
-fn recover(harness: &mut Harness) -> Result<ContextState, ServerError> {
+fn recover(harness: &mut TestServer) -> Result<ContextState, ServerError> {
     let seen = harness.state().generation();
     let answer = harness.invalidate(seen);
     harness.run_normally();
@@ -61,7 +58,7 @@ fn every_transition_is_traced_with_the_ordinal_both_states_and_the_generation() 
     let transitions = Transitions::default();
     let subscriber = tracing_subscriber::registry().with(transitions.clone());
     tracing::subscriber::with_default(subscriber, || {
-        let mut harness = Harness::new();
+        let mut harness = TestServer::new();
         harness.poison();
         assert!(recover(&mut harness).is_ok());
     });

@@ -12,9 +12,10 @@ use std::time::Instant;
 
 use cistern_client::ComputeClient;
 use cistern_kernels::GemmSpec;
+use cistern_memory::SplitMix64;
 use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
 
-use super::optim::{Rng, median, print_line};
+use super::optim::{median, print_line};
 
 /// The sizes measured (m = n = k) and the samples taken of each.
 const SIZES: [(usize, usize); 3] = [(512, 60), (1024, 20), (2048, 8)];
@@ -33,7 +34,7 @@ pub fn run() -> Result<(), String> {
         "threads": threads,
         "gflops": peak.map(|g| (g * 10.0).round() / 10.0),
     }));
-    let mut rng = Rng::new(0x6E33);
+    let mut rng = SplitMix64::new(0x6E33);
     for (size, samples) in SIZES {
         measure(&client, &mut rng, size, samples)?;
     }
@@ -42,7 +43,7 @@ pub fn run() -> Result<(), String> {
 
 fn measure(
     client: &ComputeClient,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     size: usize,
     samples: usize,
 ) -> Result<(), String> {
@@ -52,8 +53,8 @@ fn measure(
         k: size,
         ..Default::default()
     };
-    let a = rng.non_zero(size * size, 1.0);
-    let b = rng.non_zero(size * size, 1.0);
+    let a = rng.non_zero_f32s(size * size, 1.0);
+    let b = rng.non_zero_f32s(size * size, 1.0);
     let mut c = vec![0.0f32; size * size];
     let upload = |values: &[f32]| {
         client

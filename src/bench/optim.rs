@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use cistern_client::{Buffer, ComputeClient};
 use cistern_kernels::StepContext;
+use cistern_memory::SplitMix64;
 use cistern_optim::{
     AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
 };
@@ -61,10 +62,10 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
     let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(limit))
         .map_err(|e| format!("cannot open cpu:0: {e}"))?;
     let stream = client.default_stream();
-    let mut rng = Rng::new(0x5EED);
-    let upload = |rng: &mut Rng, scale: f32| -> Result<Buffer, String> {
+    let mut rng = SplitMix64::new(0x5EED);
+    let upload = |rng: &mut SplitMix64, scale: f32| -> Result<Buffer, String> {
         client
-            .upload_f32(&rng.non_zero(numel, scale))
+            .upload_f32(&rng.non_zero_f32s(numel, scale))
             .map_err(|e| format!("upload: {e}"))
     };
     let weights = upload(&mut rng, 1.0)?;
@@ -108,8 +109,8 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
     };
 
     // Diagnostic: the same kernel called on host buffers, without the server.
-    let mut host_params = rng.non_zero(numel, 1.0);
-    let host_grads = rng.non_zero(numel, 0.01);
+    let mut host_params = rng.non_zero_f32s(numel, 1.0);
+    let host_grads = rng.non_zero_f32s(numel, 0.01);
     let mut host_state: Vec<Vec<f32>> = config
         .state_layout()
         .buffers
@@ -167,35 +168,6 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
 
 fn round(value: f64) -> f64 {
     (value * 1000.0).round() / 1000.0
-}
-
-/// SplitMix64 for benchmark data: seeded, so runs compare.
-pub(super) struct Rng(u64);
-
-impl Rng {
-    pub(super) fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// `n` values with magnitudes in [scale/2, 3·scale/2) and random signs.
-    pub(super) fn non_zero(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let bits = self.next_u64();
-                let unit = (bits >> 40) as f32 / (1u64 << 24) as f32;
-                let magnitude = scale * (0.5 + unit);
-                if bits & 1 == 0 { magnitude } else { -magnitude }
-            })
-            .collect()
-    }
 }
 
 /// The median of `samples` (reordered).

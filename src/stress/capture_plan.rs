@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rng::Rng;
 use super::workload::{Pick, Span};
+use cistern_memory::SplitMix64;
 
 /// The most steps one captured graph records.
 pub const MAX_CAPTURE_STEPS: usize = 4;
@@ -63,11 +63,11 @@ impl CapturePlan {
 
     /// Draws a plan: 1–4 steps, each a fill or a copy, the first maybe a
     /// reservation of `reserve_size` bytes.
-    pub(crate) fn draw(rng: &mut Rng, reserve_size: u64) -> Self {
+    pub(crate) fn draw(rng: &mut SplitMix64, reserve_size: u64) -> Self {
         let mut steps = [None; MAX_CAPTURE_STEPS];
         let count = rng.range_inclusive(1, MAX_CAPTURE_STEPS as u64) as usize;
         for (index, step) in steps.iter_mut().take(count).enumerate() {
-            let pick = |rng: &mut Rng| Pick(rng.next_u64());
+            let pick = |rng: &mut SplitMix64| Pick(rng.next_u64());
             *step = Some(if index == 0 && rng.chance(0.3) {
                 CaptureStep::Reserve {
                     size: reserve_size.max(4).next_multiple_of(4),
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn a_plan_has_one_to_four_steps_and_only_the_first_may_reserve() {
-        let mut rng = Rng::new(4);
+        let mut rng = SplitMix64::new(4);
         let mut reserved = false;
         for _ in 0..2000 {
             let plan = CapturePlan::draw(&mut rng, 100);

@@ -14,7 +14,6 @@ mod monitor;
 pub mod pattern;
 mod plot;
 pub mod recording;
-pub mod rng;
 mod run;
 mod summary;
 mod telemetry;

@@ -2,7 +2,7 @@
 //! buffer's id and a write serial, tracked through writes, fills and
 //! copies, and checked against what a read returns.
 
-use super::rng::mix;
+use cistern_memory::rng::mix;
 
 /// The content a write or fill put somewhere, as a function of position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

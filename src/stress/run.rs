@@ -13,11 +13,11 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::counters::{ContextEvent, Counters, EventLog};
 use super::monitor::{Monitor, Sample};
-use super::rng::mix;
 use super::summary::Summary;
 use super::telemetry::{TelemetryFormat, TelemetryWriter};
 use super::worker::Worker;
 use super::workload::WorkloadConfig;
+use cistern_memory::rng::mix;
 
 /// Everything a stress run needs to know: a plain value, built by the CLI.
 #[derive(Clone, Debug)]

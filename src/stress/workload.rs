@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use super::capture_plan::CapturePlan;
-use super::rng::Rng;
+use cistern_memory::SplitMix64;
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -143,7 +143,7 @@ impl Span {
         (place(size, len, self.start, align), len)
     }
 
-    pub(crate) fn draw(rng: &mut Rng) -> Span {
+    pub(crate) fn draw(rng: &mut SplitMix64) -> Span {
         if rng.chance(0.5) {
             Span::WHOLE
         } else {
@@ -238,7 +238,7 @@ pub enum Op {
 /// A client's workload: an endless, deterministic sequence of [`Op`]s.
 #[derive(Clone, Debug)]
 pub struct Workload {
-    rng: Rng,
+    rng: SplitMix64,
     sizes: SizeSampler,
     config: WorkloadConfig,
     total_weight: u64,
@@ -248,7 +248,7 @@ impl Workload {
     /// The workload of client `client` under `seed`: the same arguments give
     /// the same sequence.
     pub fn new(seed: u64, client: u64, config: WorkloadConfig) -> Self {
-        let mut rng = Rng::derived(seed, client);
+        let mut rng = SplitMix64::derived(seed, client);
         let sizes = SizeSampler::new(config.sizes, &mut rng);
         let mix = config.mix;
         let total_weight = [
@@ -291,7 +291,7 @@ impl Workload {
             roll = roll.saturating_sub(u64::from(weight));
             hit
         };
-        let pick = |rng: &mut Rng| Pick(rng.next_u64());
+        let pick = |rng: &mut SplitMix64| Pick(rng.next_u64());
         if take(mix.reserve) {
             Op::Reserve {
                 size: self.next_size(),
@@ -371,7 +371,7 @@ struct TrainingModel {
 }
 
 impl SizeSampler {
-    fn new(kind: Sizes, rng: &mut Rng) -> Self {
+    fn new(kind: Sizes, rng: &mut SplitMix64) -> Self {
         let mut sampler = SizeSampler {
             kind,
             queue: VecDeque::new(),
@@ -401,7 +401,7 @@ impl SizeSampler {
         sampler
     }
 
-    fn next(&mut self, rng: &mut Rng) -> u64 {
+    fn next(&mut self, rng: &mut SplitMix64) -> u64 {
         loop {
             if let Some(size) = self.queue.pop_front() {
                 return size;
@@ -415,7 +415,7 @@ impl SizeSampler {
         }
     }
 
-    fn training_step(&mut self, rng: &mut Rng) {
+    fn training_step(&mut self, rng: &mut SplitMix64) {
         let Some(model) = self.training.as_mut() else {
             debug_assert!(false, "a training sampler has its model");
             return;
@@ -436,7 +436,7 @@ impl SizeSampler {
         model.step += 1;
     }
 
-    fn growth_round(&mut self, rng: &mut Rng) {
+    fn growth_round(&mut self, rng: &mut SplitMix64) {
         for _ in 0..rng.range_inclusive(2, 8) {
             self.queue
                 .push_back((self.growth * rng.uniform(0.5, 1.5)) as u64);
@@ -452,7 +452,7 @@ impl SizeSampler {
     }
 }
 
-fn log_uniform(rng: &mut Rng, min: u64, max: u64) -> u64 {
+fn log_uniform(rng: &mut SplitMix64, min: u64, max: u64) -> u64 {
     let (low, high) = ((min.max(1)) as f64, (max.max(min).max(1)) as f64);
     let size = (rng.uniform(low.ln(), high.ln())).exp() as u64;
     size.clamp(min, max.max(min))
@@ -566,7 +566,7 @@ mod tests {
 
     #[test]
     fn spans_resolve_inside_the_buffer_and_aligned() {
-        let mut rng = Rng::new(11);
+        let mut rng = SplitMix64::new(11);
         for _ in 0..10_000 {
             let span = Span::draw(&mut rng);
             let size = (rng.range_inclusive(1, 1000)) * 4;

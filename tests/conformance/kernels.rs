@@ -6,7 +6,9 @@ use cistern::kernels::{self, Activation, GemmSpec, Segment};
 use cistern::runtime::{Device, KernelLaunch};
 
 use super::common::{ok, open};
-use super::optim_reference::{Rng, assert_close, download};
+use cistern::memory::SplitMix64;
+
+use super::optim_reference::{assert_close, download};
 
 /// Runs `launch` on the default stream and waits for it.
 fn run(client: &ComputeClient, launch: KernelLaunch) {
@@ -32,10 +34,10 @@ fn host<T>(result: Result<T, kernels::KernelError>) -> T {
 
 pub fn elementwise_kernels_match_the_cpu_kernels(device: Device) {
     let client = open(device);
-    let mut rng = Rng::new(1);
+    let mut rng = SplitMix64::new(1);
     // Long enough for the kernels' parallel path, odd to leave a tail.
     let n = 70_001;
-    let (a, b) = (rng.vec(n), rng.vec(n));
+    let (a, b) = (rng.symmetric_f32s(n), rng.symmetric_f32s(n));
     let (da, db, out) = (upload(&client, &a), upload(&client, &b), zeros(&client, n));
 
     run(&client, KernelLaunch::fill(out.whole(), 3.5));
@@ -83,10 +85,10 @@ pub fn a_kernel_over_a_sub_range_changes_only_that_range(device: Device) {
 
 pub fn every_activation_forward_and_backward_matches_the_cpu_kernels(device: Device) {
     let client = open(device);
-    let mut rng = Rng::new(2);
+    let mut rng = SplitMix64::new(2);
     let n = 1000;
-    let x: Vec<f32> = rng.vec(n).iter().map(|v| 4.0 * v).collect();
-    let g = rng.vec(n);
+    let x: Vec<f32> = rng.symmetric_f32s(n).iter().map(|v| 4.0 * v).collect();
+    let g = rng.symmetric_f32s(n);
     let (dx, dg, out) = (upload(&client, &x), upload(&client, &g), zeros(&client, n));
     for activation in [
         Activation::Identity,
@@ -116,11 +118,11 @@ pub fn every_activation_forward_and_backward_matches_the_cpu_kernels(device: Dev
 
 pub fn gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel(device: Device) {
     let client = open(device);
-    let mut rng = Rng::new(3);
+    let mut rng = SplitMix64::new(3);
     let (m, n, k) = (37, 19, 23);
-    let a = rng.vec(m * k);
-    let b = rng.vec(k * n);
-    let bias = rng.vec(n);
+    let a = rng.symmetric_f32s(m * k);
+    let b = rng.symmetric_f32s(k * n);
+    let bias = rng.symmetric_f32s(n);
     let (da, db, dbias) = (
         upload(&client, &a),
         upload(&client, &b),
@@ -155,9 +157,9 @@ pub fn gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel(device: D
 
 pub fn reductions_match_the_cpu_kernels(device: Device) {
     let client = open(device);
-    let mut rng = Rng::new(4);
+    let mut rng = SplitMix64::new(4);
     let (rows, cols) = (300, 7);
-    let x = rng.vec(rows * cols);
+    let x = rng.symmetric_f32s(rows * cols);
     let dx = upload(&client, &x);
     let sums = zeros(&client, cols);
     let mut want = vec![0.0; cols];
@@ -168,7 +170,7 @@ pub fn reductions_match_the_cpu_kernels(device: Device) {
     );
     assert_close(&download(&client, &sums), &want, "column_sum");
 
-    let target = rng.vec(rows * cols);
+    let target = rng.symmetric_f32s(rows * cols);
     let dt = upload(&client, &target);
     let loss = zeros(&client, 1);
     let want = host(kernels::mse_loss(&x, &target));

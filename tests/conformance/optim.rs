@@ -5,6 +5,7 @@
 
 use cistern::client::ComputeClient;
 use cistern::kernels::Segment;
+use cistern::memory::SplitMix64;
 use cistern::optim::reference::{self, ReferenceState};
 use cistern::optim::{
     AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
@@ -13,7 +14,7 @@ use cistern::runtime::{Device, ErrorCode, OptimizerStep, ServerError};
 
 use super::common::{ok, open};
 use super::optim_reference::{
-    PARAM_FLOOR, Rng, STATE_FLOOR, TOLERANCE, download, max_relative_error, segments,
+    PARAM_FLOOR, STATE_FLOOR, TOLERANCE, download, max_relative_error, segments,
 };
 
 const STEPS: u64 = 20;
@@ -27,8 +28,8 @@ fn compare(
     n: usize,
     seed: u64,
 ) -> f64 {
-    let mut rng = Rng::new(seed);
-    let initial = rng.params(n);
+    let mut rng = SplitMix64::new(seed);
+    let initial = rng.non_zero_f32s(n, 1.0);
     let params = ok(client.upload_f32(&initial), "upload params");
     let grads = ok(client.reserve(4 * n as u64), "reserve grads");
     let state = ok(client.optimizer_state(config, n as u64), "optimizer_state");
@@ -36,7 +37,7 @@ fn compare(
     let mut expected = ReferenceState::new(config, initial.iter().map(|&p| f64::from(p)).collect());
     let mut worst = 0.0f64;
     for step in 1..=STEPS {
-        let values = rng.vec(n);
+        let values = rng.symmetric_f32s(n);
         ok(client.write_f32(&grads, 0, &values), "write grads");
         let command = OptimizerStep::new(
             config.clone(),
@@ -211,8 +212,8 @@ pub fn buffers_large_enough_to_run_in_parallel_match_the_reference(device: Devic
 
 pub fn many_small_segments_match_the_reference(device: Device) {
     let client = open(device);
-    let mut rng = Rng::new(3);
-    let lens: Vec<usize> = (0..500).map(|_| 1 + rng.below(5)).collect();
+    let mut rng = SplitMix64::new(3);
+    let lens: Vec<usize> = (0..500).map(|_| 1 + rng.below(5) as usize).collect();
     let (segments, n) = segments(&lens, 1);
     for config in every_family() {
         let error = compare(&client, &config, &segments, n, 11);
@@ -309,7 +310,7 @@ pub fn a_lamb_refusal_at_run_time_is_operation_local_and_does_not_poison(device:
     let client = open(device);
     let stream = client.default_stream();
     let config = OptimizerConfig::Lamb(LambConfig::default());
-    let initial = Rng::new(2).params(8);
+    let initial = SplitMix64::new(2).non_zero_f32s(8, 1.0);
     let params = ok(client.upload_f32(&initial), "upload");
     let mut values = vec![0.1f32; 8];
     values[5] = f32::INFINITY;

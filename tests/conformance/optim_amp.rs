@@ -6,20 +6,22 @@ use cistern::optim::{AdamWConfig, OptimizerConfig};
 use cistern::runtime::{Device, KernelLaunch, OptimizerStep};
 
 use super::common::{ok, open};
-use super::optim_reference::{Rng, download};
+use cistern::memory::SplitMix64;
+
+use super::optim_reference::download;
 
 pub fn an_amp_step_unscales_then_applies_or_skips_on_the_flag(device: Device) {
     let client = open(device);
     let stream = client.default_stream();
     let config = OptimizerConfig::AdamW(AdamWConfig::default());
     let n = 64;
-    let mut rng = Rng::new(9);
-    let initial = rng.params(n);
+    let mut rng = SplitMix64::new(9);
+    let initial = rng.non_zero_f32s(n, 1.0);
     let params = ok(client.upload_f32(&initial), "upload params");
     let state = ok(client.optimizer_state(&config, n as u64), "optimizer_state");
     let flag = ok(client.upload_f32(&[0.0]), "upload flag");
     let scale = 1024.0f32;
-    let unscaled = rng.vec(n);
+    let unscaled = rng.symmetric_f32s(n);
     let scaled: Vec<f32> = unscaled.iter().map(|g| g * scale).collect();
     let grads = ok(client.upload_f32(&scaled), "upload grads");
     let step = |count: u64| {

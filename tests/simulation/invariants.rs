@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use cistern::memory::SliceUse;
 use cistern::runtime::{AllocationId, ContextState, ServerCore};
 
-use super::device::{SimBackend, SimDevice};
 use super::model::Client;
 use super::world::{Failure, Faults};
+use cistern::runtime::testing::{TestBackend, TestDevice};
 
 /// The context as last seen, and the recoveries counted so far.
 pub struct Watch {
@@ -34,8 +34,8 @@ impl Watch {
     /// generation only by one per recovery.
     pub fn check(
         &mut self,
-        core: &ServerCore<SimBackend>,
-        device: &SimDevice,
+        core: &ServerCore<TestBackend>,
+        device: &TestDevice,
         faults: &Faults,
     ) -> Result<(), Failure> {
         let now = core.context().clone();
@@ -76,11 +76,11 @@ impl Watch {
         if now.is_unrecoverable() && !faults.unrecoverable_possible() {
             return Err(format!("the recovery failed without a cause: {now:?}"));
         }
-        if device.resets() < self.recoveries {
+        let resets = device.reset_generations().len() as u64;
+        if resets < self.recoveries {
             return Err(format!(
-                "{} recoveries but only {} device resets",
+                "{} recoveries but only {resets} device resets",
                 self.recoveries,
-                device.resets()
             ));
         }
         self.last = now;
@@ -91,7 +91,7 @@ impl Watch {
     /// every buffer the model holds live is allocated, once, at its size.
     pub fn check_memory(
         &self,
-        core: &ServerCore<SimBackend>,
+        core: &ServerCore<TestBackend>,
         clients: &[Client],
         generation: u64,
     ) -> Result<(), Failure> {

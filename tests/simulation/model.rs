@@ -5,39 +5,6 @@
 use cistern::runtime::sync::Answer;
 use cistern::runtime::{BufferRef, ContextState, ErrorCode, FailureToken, StreamId};
 
-/// A seeded SplitMix64: the only source of choices in a run.
-pub struct Rng(u64);
-
-impl Rng {
-    /// The generator of `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed ^ 0x5EED_0FC1_57E2)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..bound` (`0` when `bound` is `0`).
-    pub fn below(&mut self, bound: u64) -> u64 {
-        if bound == 0 {
-            0
-        } else {
-            self.next_u64() % bound
-        }
-    }
-
-    /// True with probability `percent`/100.
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
-
 /// A live buffer and the bytes the model says it holds (`None`: never set).
 pub struct Buffer {
     pub handle: BufferRef,

@@ -13,7 +13,7 @@ use super::{Failure, World};
 impl World {
     pub(super) fn client_acts(&mut self, index: usize) -> Result<(), Failure> {
         if let Some(seen) = self.clients[index].saw_poison
-            && self.rng.chance(60)
+            && self.rng.chance_percent(60)
         {
             self.clients[index].saw_poison = None;
             return self.invalidate(index, seen);
@@ -97,7 +97,7 @@ impl World {
                 size,
                 bytes: vec![None; size as usize],
             });
-            if self.rng.chance(70) {
+            if self.rng.chance_percent(70) {
                 // Most programs initialize what they reserve; known bytes
                 // are what make a read catch memory handed out too early.
                 let slot = self.clients[index].live.len() - 1;
@@ -358,8 +358,8 @@ impl World {
 
     /// Compaction or reclaim: both refused unless the context admits work.
     fn maintain(&mut self, index: usize) -> Result<(), Failure> {
-        if self.rng.chance(75) {
-            if self.rng.chance(50) {
+        if self.rng.chance_percent(75) {
+            if self.rng.chance_percent(50) {
                 // Completions reported make more slices movable.
                 self.device.deliver(usize::MAX);
             }

@@ -3,7 +3,9 @@
 
 use std::time::Instant;
 
+use cistern::memory::{MemoryConfig, SplitMix64};
 use cistern::runtime::sync::{Reply, reply_channel};
+use cistern::runtime::testing::{Run, TestBackend, TestDevice, TestOptions, TestServer};
 use cistern::runtime::{
     Command, ContextState, DEFAULT_STREAM, ErrorCode, FaultPlan, ProbeFault, ServerCore,
     ServerError,
@@ -14,9 +16,8 @@ mod answers;
 #[path = "ops.rs"]
 mod ops;
 
-use super::device::{SimBackend, SimDevice, build};
 use super::invariants::Watch;
-use super::model::{Buffer, Client, Rng, gate_code};
+use super::model::{Buffer, Client, gate_code};
 
 /// Clients per run.
 const CLIENTS: usize = 4;
@@ -71,11 +72,11 @@ pub struct Coverage {
 
 /// The whole simulated world of one seed.
 pub struct World {
-    pub core: ServerCore<SimBackend>,
-    pub device: SimDevice,
+    pub core: ServerCore<TestBackend>,
+    pub device: TestDevice,
     pub clients: Vec<Client>,
     pub faults: Faults,
-    pub rng: Rng,
+    pub rng: SplitMix64,
     pub step: usize,
     watch: Watch,
     trap_percent: u64,
@@ -87,19 +88,19 @@ pub struct World {
     pub trace: bool,
 }
 
-fn plan_for(rng: &mut Rng) -> FaultPlan {
+fn plan_for(rng: &mut SplitMix64) -> FaultPlan {
     let mut plan = FaultPlan::none();
-    if rng.chance(40) {
+    if rng.chance_percent(40) {
         plan = plan.with_trap_at_launch(1 + rng.below(80));
     }
-    if rng.chance(40) {
+    if rng.chance_percent(40) {
         plan = plan.with_failed_reservation(1 + rng.below(40));
     }
-    if rng.chance(40) {
+    if rng.chance_percent(40) {
         plan = plan.with_failed_transfer(1 + rng.below(60));
     }
-    if rng.chance(30) {
-        let fault = if rng.chance(80) {
+    if rng.chance_percent(30) {
+        let fault = if rng.chance_percent(80) {
             ProbeFault::OperationLocal
         } else {
             ProbeFault::Sticky
@@ -109,17 +110,36 @@ fn plan_for(rng: &mut Rng) -> FaultPlan {
     plan
 }
 
+/// A core over a fresh test device with a 64 MiB limit and small pages.
+fn options(faults: FaultPlan) -> TestOptions {
+    TestOptions {
+        // Small pages, so several exist and compaction finds sparse ones.
+        memory: MemoryConfig {
+            min_page_size: 32 << 10,
+            max_page_size: 1 << 20,
+            exclusive_threshold: 256 << 10,
+            ..MemoryConfig::with_limit(64 << 20)
+        },
+        faults,
+        // The simulation has no clock: a recovery is never cut short by time.
+        drain_timeout: std::time::Duration::from_secs(3600),
+        max_strided_dims: None,
+        reports_idle_streams: true,
+        ..TestOptions::default()
+    }
+}
+
 impl World {
     /// The world of `seed`: its fault plan, core, device and clients.
     pub fn new(seed: u64) -> Result<World, Failure> {
-        let mut rng = Rng::new(seed);
+        let mut rng = SplitMix64::new(seed ^ 0x5EED_0FC1_57E2);
         let plan = plan_for(&mut rng);
         let trap_percent = [0, 1, 2][rng.below(3) as usize];
         let speeds = (0..8)
             .map(|_| [1, 2, 8, 32][rng.below(4) as usize])
             .collect();
-        let (mut core, device) =
-            build(plan.clone()).map_err(|error| format!("the core starts: {error}"))?;
+        let TestServer { mut core, device } = TestServer::start(options(plan.clone()))
+            .map_err(|error| format!("the core starts: {error}"))?;
         let mut clients = Vec::with_capacity(CLIENTS);
         for index in 0..CLIENTS {
             // Client 0 shares the default stream with the server's own work.
@@ -188,7 +208,7 @@ impl World {
                         roll -= weight(candidate);
                     }
                     for _ in 0..1 + self.rng.below(4) {
-                        self.device.run_next(stream);
+                        self.device.run_next(stream, &Run::Normal);
                     }
                 }
             }
@@ -256,7 +276,7 @@ impl World {
         for _ in 0..64 {
             for stream in self.device.busy_streams() {
                 while self.device.busy_streams().contains(&stream) {
-                    self.device.run_next(stream);
+                    self.device.run_next(stream, &Run::Normal);
                 }
             }
             self.device.deliver(usize::MAX);

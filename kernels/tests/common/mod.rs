@@ -1,57 +1,8 @@
-//! Helpers shared by the kernel tests: a seeded generator and error measures.
+//! Helpers shared by the kernel tests (their seeded data comes from
+//! `cistern_memory::SplitMix64`).
 #![allow(dead_code)]
 
 use cistern_kernels::Segment;
-
-/// SplitMix64: tiny, seeded, good enough for test data.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn symmetric(&mut self) -> f32 {
-        2.0 * self.unit() - 1.0
-    }
-
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    pub fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.symmetric()).collect()
-    }
-
-    /// Values with magnitude in [0.5, 1.5) and a random sign, so that a
-    /// parameter stays far from 0 over a few small steps.
-    pub fn params(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let magnitude = 0.5 + self.unit();
-                if self.unit() < 0.5 {
-                    -magnitude
-                } else {
-                    magnitude
-                }
-            })
-            .collect()
-    }
-}
 
 /// Segments of the given lengths, `gap` unused elements between neighbours;
 /// returns them with the buffer length.

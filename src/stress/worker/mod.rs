@@ -13,9 +13,9 @@ use cistern_runtime::{FailureToken, ServerError, StreamId};
 
 use super::counters::Counters;
 use super::pattern::Expected;
-use super::rng::Rng;
 use super::run::Shared;
 use super::workload::{Op, Workload};
+use cistern_memory::SplitMix64;
 
 /// Attempts of a reservation after an out-of-memory: release, release
 /// harder, then back off.
@@ -69,7 +69,7 @@ pub(crate) struct Worker<'a> {
     held: Vec<Held>,
     pending: Vec<PendingLaunch>,
     workload: Workload,
-    rng: Rng,
+    rng: SplitMix64,
     next_uid: u64,
     serial: u64,
     generation: u64,
@@ -88,7 +88,7 @@ impl<'a> Worker<'a> {
             index,
             shared,
             workload: Workload::new(seed, index as u64, shared.config.workload),
-            rng: Rng::derived(seed ^ 0xC1E7, index as u64),
+            rng: SplitMix64::derived(seed ^ 0xC1E7, index as u64),
             client,
             stream,
             held: Vec::new(),

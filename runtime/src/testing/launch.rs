@@ -1,0 +1,49 @@
+//! What the test device does with one resolved launch: the only place it
+//! knows kernels and their arguments.
+
+use super::memory::SimulatedMemory;
+use crate::Kernel;
+use crate::backend::{DeviceCounters, ResolvedLaunch};
+
+/// A launch that faulted on the device, as the `Trap` kernel does.
+pub(super) struct Trapped;
+
+/// Runs `launch` on `memory`: copies and identity move bytes, `Fill` writes
+/// its value, `Trap` faults, every other kernel runs without touching
+/// memory (the suites that use this device check the server, not the
+/// arithmetic). Returns the kernel that ran, and counts it.
+pub(super) fn run_launch(
+    memory: &mut SimulatedMemory,
+    counters: &mut DeviceCounters,
+    launch: &ResolvedLaunch,
+) -> Result<Kernel, Trapped> {
+    match &launch.kernel {
+        Kernel::Trap => return Err(Trapped),
+        Kernel::Identity | Kernel::Copy => {
+            memory.copy(launch.bindings[0], launch.bindings[1]);
+        }
+        Kernel::Fill { value } => {
+            for chunk in memory.bytes_mut(launch.bindings[0]).chunks_exact_mut(4) {
+                chunk.copy_from_slice(&value.to_ne_bytes());
+            }
+        }
+        Kernel::Empty => counters.empty_kernel_runs += 1,
+        // Counted, not computed.
+        Kernel::Scale { .. }
+        | Kernel::Axpy { .. }
+        | Kernel::Add
+        | Kernel::Mul
+        | Kernel::ActivationForward { .. }
+        | Kernel::ActivationBackward { .. }
+        | Kernel::Gemm { .. }
+        | Kernel::ColumnSum { .. }
+        | Kernel::MseLoss
+        | Kernel::MseLossBackward { .. }
+        | Kernel::SegmentSum { .. }
+        | Kernel::SegmentSumSquares { .. }
+        | Kernel::AmpUnscale { .. }
+        | Kernel::OptimizerStep(_) => {}
+    }
+    counters.kernels_run += 1;
+    Ok(launch.kernel.clone())
+}
