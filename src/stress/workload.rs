@@ -43,6 +43,7 @@ pub enum Sizes {
 
 impl Sizes {
     /// The largest size this source can draw before capping and rounding.
+    #[cfg(test)]
     pub fn natural_max(self) -> u64 {
         match self {
             // The widest weight: 4096 × 4096 floats.
