@@ -1,12 +1,23 @@
-//! The `cistern` binary.
+//! The `cistern` command line: devices, bench, stress and report.
+//!
+//! Built only with the `cli` feature (on by default). Its modules are the
+//! binary's own, not the library's: the stress tool's workload, verifier and
+//! telemetry writer are no public API, and the end-to-end tests drive them
+//! through this binary.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
+mod bench;
+mod cli;
+mod devices;
+mod report;
+mod stress;
+
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    cistern::cli::run(cistern::cli::Cli::parse())
+    cli::run(cli::Cli::parse())
 }
 
 /// Restores the default SIGPIPE action, which Rust's runtime ignores, so

@@ -46,7 +46,7 @@ pub enum CodecError {
     /// Bytes follow a complete value: the record is corrupt; skip it.
     #[error("{extra} bytes follow the encoded value")]
     TrailingBytes {
-        /// How many.
+        /// Bytes left over after the value.
         extra: usize,
     },
     /// A frame claims more than [`BINCODE_LIMIT`] bytes: the stream is
@@ -55,7 +55,7 @@ pub enum CodecError {
     FrameTooLarge {
         /// The length the frame claims.
         len: u64,
-        /// The limit.
+        /// The most a frame may claim ([`BINCODE_LIMIT`]).
         limit: usize,
     },
     /// The stream ended inside a frame (a writer was interrupted): the

@@ -1,5 +1,7 @@
-//! `BackendError` and `AutodiffError`: what client calls return, each
-//! variant named for what the caller does about it.
+//! `BackendError` and `AutodiffError`: the project card's error vocabulary
+//! for device and autodiff failures, each variant named for what the caller
+//! does about it. `ComputeClient`'s calls return `ServerError`; a caller who
+//! wants the card's names converts (`BackendError::from`), keeping the code.
 
 use cistern_memory::{ErrorCode, IoError};
 use cistern_runtime::ServerError;
@@ -7,10 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::shape::ShapeError;
 
-/// A failed client or parameter-store call.
+/// A device failure in the project card's vocabulary.
 ///
-/// The first eighteen variants are the project card's, in its order; the
-/// rest keep apart failures a caller handles differently (see
+/// No client call returns it: `ComputeClient` returns [`ServerError`], and
+/// `BackendError::from(error)` converts any of them with the same
+/// [`code`](BackendError::code); `AutodiffError::Backend` and `ErrorReport`
+/// carry it. The first eighteen variants are the card's, in its order
+/// (among them the parameter store's and the tape's, which nothing returns
+/// yet); the rest keep apart failures a caller handles differently (see
 /// `docs/error-codes.md`). Serializable; new variants go last (bincode
 /// encodes variants by position).
 #[non_exhaustive]
@@ -304,9 +310,11 @@ fn from_io(error: IoError) -> BackendError {
     }
 }
 
-/// A failed autodiff call: recording on a tape or running backward.
+/// An autodiff failure (recording on a tape, running backward), in the
+/// card's vocabulary.
 ///
-/// Serializable; new variants go last.
+/// Nothing returns it yet (the tape is not built); `ErrorReport` carries
+/// it. Serializable; new variants go last.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
 pub enum AutodiffError {

@@ -22,7 +22,7 @@ pub enum ReportedError {
     Io(IoError),
     /// A device-server failure.
     Server(ServerError),
-    /// A client or parameter-store failure.
+    /// A device failure in the card's vocabulary (`BackendError`).
     Backend(BackendError),
     /// An autodiff failure.
     Autodiff(AutodiffError),
@@ -208,7 +208,7 @@ impl ErrorReport {
         ErrorReport::new(error.clone(), ordinal, generation)
     }
 
-    /// A report of a client failure made now.
+    /// A report of a [`BackendError`] made now.
     pub fn from_backend_error(
         error: &BackendError,
         ordinal: Option<usize>,

@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 
 macro_rules! catalogue {
     ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
-        /// Every kernel Cistern can launch. Names are stable: they appear in
-        /// telemetry and in the WGSL and CUDA sources' entry points.
+        /// Every kernel Cistern can launch. Names are stable: the runtime's
+        /// errors, and so telemetry, name kernels by them.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[non_exhaustive]
         pub enum KernelId {

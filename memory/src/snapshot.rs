@@ -23,7 +23,7 @@ pub enum SliceUse {
     Free,
     /// Held by a live allocation.
     Allocated {
-        /// The allocation.
+        /// The allocation holding it (ids are never reused).
         id: AllocationId,
         /// Bytes the caller asked for.
         requested: u64,
@@ -52,9 +52,9 @@ pub struct SliceSnapshot {
 pub struct PageSnapshot {
     /// The storage buffer; `None` for a dry-run page not yet backed.
     pub storage: Option<StorageId>,
-    /// Its pool.
+    /// The pool that carved it.
     pub pool: PoolKind,
-    /// Bytes.
+    /// The page's bytes (address space, for the virtual range).
     pub size: u64,
     /// Its slices, covering the page without gaps.
     pub slices: Vec<SliceSnapshot>,

@@ -25,16 +25,13 @@ pub enum CaptureStep {
     },
     /// Fill `span` of `target` with a fresh `f32` value.
     Fill {
-        /// The buffer.
         target: Pick,
         /// The bytes filled (4-byte aligned).
         span: Span,
     },
-    /// Copy between two distinct buffers by a kernel.
+    /// Copy from `source` to `target` (distinct buffers) by a kernel.
     Copy {
-        /// The buffer read.
         source: Pick,
-        /// The buffer written.
         target: Pick,
         /// How many bytes, as a fraction of the smaller buffer.
         len: u32,

@@ -90,7 +90,6 @@ impl Counters {
 pub struct ContextEvent {
     /// Seconds since the run started.
     pub seconds: f64,
-    /// What happened.
     pub kind: ContextEventKind,
     /// The generation poisoned, or the generation recovery reached.
     pub generation: u64,

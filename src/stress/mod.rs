@@ -2,30 +2,27 @@
 //! against one device, every byte read verified, every error handled the
 //! way it says, with telemetry and a plot of memory over time.
 //!
-//! The workload generator ([`workload`]) and the pattern verifier
-//! ([`pattern`]) are library code, so a deterministic simulation over
-//! `ServerCore` can drive the same mix.
+//! Private to the binary: `args` parses the command line into a run,
+//! `workload` draws each client's seeded mix, `worker` runs it against its
+//! own stream, `pattern` and `recording` model what every buffer must hold,
+//! and `telemetry`, `monitor`, `plot` and `summary` report how it went.
 
 mod args;
-pub mod capture_plan;
+mod capture_plan;
 mod counters;
 mod handling;
 mod monitor;
-pub mod pattern;
+mod pattern;
 mod plot;
-pub mod recording;
+mod recording;
 mod run;
 mod summary;
 mod telemetry;
-pub mod units;
+mod units;
 mod worker;
-pub mod workload;
+mod workload;
 
-pub use args::{SizeKind, StressArgs, parse_device, run_command};
-pub use counters::{ContextEvent, ContextEventKind};
-pub use handling::{Handling, handling};
-pub use monitor::Sample;
-pub use plot::draw as draw_plot;
-pub use run::{FaultSettings, StressConfig, StressOutcome, run};
-pub use summary::Summary;
-pub use telemetry::{TelemetryFormat, TelemetryWriter, write_report};
+pub use args::{StressArgs, run_command};
+pub use telemetry::TelemetryFormat;
+#[cfg(test)]
+pub use telemetry::write_report;

@@ -119,11 +119,6 @@ impl Expected {
         }
     }
 
-    /// The buffer's size.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
     /// Bytes `[offset, offset + len)` now hold `pattern` at their own offsets.
     pub fn overlay(&mut self, offset: u64, len: u64, pattern: Pattern) {
         self.place(offset, len, pattern, 0);
@@ -204,6 +199,7 @@ impl Expected {
     }
 
     /// How many runs of distinct content the buffer holds (bounded by its writes).
+    #[cfg(test)]
     pub fn runs(&self) -> usize {
         self.segments.len()
     }

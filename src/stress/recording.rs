@@ -11,11 +11,8 @@ use super::pattern::{Expected, Pattern};
 pub enum Effect {
     /// `[offset, offset + len)` of `target` now holds `pattern`.
     Fill {
-        /// The buffer written.
         target: u64,
-        /// First byte.
         offset: u64,
-        /// Bytes.
         len: u64,
         /// What the fill writes (the same value on every replay).
         pattern: Pattern,
@@ -23,15 +20,10 @@ pub enum Effect {
     /// `len` bytes copied from `source` at `source_offset` to `target` at
     /// `target_offset` (distinct buffers).
     Copy {
-        /// The buffer read.
         source: u64,
-        /// The buffer written.
         target: u64,
-        /// First byte read.
         source_offset: u64,
-        /// First byte written.
         target_offset: u64,
-        /// Bytes.
         len: u64,
     },
 }

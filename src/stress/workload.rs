@@ -43,6 +43,7 @@ pub enum Sizes {
 
 impl Sizes {
     /// The largest size this source can draw before capping and rounding.
+    #[cfg(test)]
     pub fn natural_max(self) -> u64 {
         match self {
             // The widest weight: 4096 × 4096 floats.
@@ -183,29 +184,18 @@ pub enum CopyVia {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Op {
     /// Reserve `size` bytes (a positive multiple of 4).
-    Reserve {
-        /// Bytes.
-        size: u64,
-    },
+    Reserve { size: u64 },
     /// Write a fresh pattern over `span` of `target`.
-    Write {
-        /// The buffer.
-        target: Pick,
-        /// The bytes written.
-        span: Span,
-    },
+    Write { target: Pick, span: Span },
     /// Fill `span` of `target` with a fresh `f32` value by a kernel.
     Fill {
-        /// The buffer.
         target: Pick,
         /// The bytes filled (4-byte aligned).
         span: Span,
     },
     /// Copy `len` of the smaller buffer's size from `source` to `target`.
     Copy {
-        /// The buffer read.
         source: Pick,
-        /// The buffer written.
         target: Pick,
         /// How many bytes, as a fraction of the smaller buffer.
         len: u32,
@@ -217,17 +207,9 @@ pub enum Op {
         via: CopyVia,
     },
     /// Read `span` of `target` and verify it.
-    Read {
-        /// The buffer.
-        target: Pick,
-        /// The bytes read.
-        span: Span,
-    },
+    Read { target: Pick, span: Span },
     /// Drop the client's handle of `target`.
-    Free {
-        /// The buffer.
-        target: Pick,
-    },
+    Free { target: Pick },
     /// Capture a graph on the client's stream, replay it, and verify.
     Capture {
         /// What the graph records and how often it is replayed.

@@ -30,7 +30,8 @@ impl HostBuffer {
         // Buffers of a huge page or more start on a huge-page boundary, so
         // transparent huge pages can back them whole: at 4 KiB pages a
         // streaming kernel over several 256 MiB buffers misses the TLB on
-        // every page of every stream (see docs/benchmarks.md, issue 7).
+        // every page of every stream (measured under issue 7: the history
+        // of docs/benchmarks.md).
         let alignment = if len >= HUGE_PAGE {
             alignment.max(HUGE_PAGE)
         } else {
