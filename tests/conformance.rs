@@ -14,6 +14,7 @@ mod conformance {
     pub mod optim;
     pub mod optim_amp;
     pub mod optim_reference;
+    pub mod ordering;
     pub mod recovery;
     pub mod streams;
     pub mod strided;
@@ -37,6 +38,9 @@ macro_rules! conformance_tests {
 }
 
 conformance_tests! {
+    ordering::two_streams_hammering_one_buffer_see_each_others_writes_in_order,
+    ordering::an_upload_on_the_default_stream_is_used_at_once_by_another_stream,
+    ordering::reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other,
     kernels::elementwise_kernels_match_the_cpu_kernels,
     kernels::a_kernel_over_a_sub_range_changes_only_that_range,
     kernels::every_activation_forward_and_backward_matches_the_cpu_kernels,

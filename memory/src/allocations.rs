@@ -14,6 +14,8 @@ pub(crate) struct Allocation {
     pub(crate) generation: u64,
     /// The last recorded use per stream: (stream, sequence).
     pub(crate) uses: Vec<(StreamId, u64)>,
+    /// The last recorded use that wrote, per stream.
+    pub(crate) writes: Vec<(StreamId, u64)>,
     pub(crate) pinned: bool,
 }
 

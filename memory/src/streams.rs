@@ -36,7 +36,7 @@ pub(crate) struct Streams {
 }
 
 impl Streams {
-    fn is_done(&self, stream: StreamId, sequence: u64) -> bool {
+    pub(crate) fn is_done(&self, stream: StreamId, sequence: u64) -> bool {
         self.states
             .get(&stream)
             .and_then(|state| state.completed)

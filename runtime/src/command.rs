@@ -101,6 +101,8 @@ pub struct ServerStats {
     pub empty_kernel_runs: u64,
     /// `Replay` commands handled (accepted or refused).
     pub replays: u64,
+    /// Cross-stream waits queued to order conflicting uses of memory.
+    pub ordering_waits: u64,
 }
 
 /// What a `Compact` did.

@@ -149,7 +149,14 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
     let other = harness.create_stream();
     replay(&mut harness, DEFAULT_STREAM, &info);
     replay(&mut harness, other, &info);
-    let queued = harness.take_queued();
+    let mut queued = harness.take_queued();
+    // Both replays write the buffer: the second stream's waits for the first's.
+    let wait = queued.remove(1);
+    assert!(
+        matches!(wait, (stream, _, StreamWork::WaitStream { stream: first, sequence: 1 })
+            if stream == other && first == DEFAULT_STREAM),
+        "{wait:?}"
+    );
     let kernels: Vec<(StreamId, Vec<Kernel>)> = queued
         .iter()
         .map(|(stream, _, work)| match work {

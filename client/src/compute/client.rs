@@ -76,8 +76,8 @@ impl ComputeClient {
     }
 
     /// Reserves a buffer holding `bytes`, written in order on the default
-    /// stream: sync it (or wait on an event recorded there) before another
-    /// stream uses the buffer.
+    /// stream; any stream may use it at once (the server orders the use
+    /// after the write).
     pub fn upload(&self, bytes: &[u8]) -> Result<Buffer, ServerError> {
         let buffer = self.reserve(bytes.len() as u64)?;
         self.write(&buffer, 0, bytes)?;

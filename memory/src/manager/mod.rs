@@ -125,10 +125,9 @@ impl<S: Storage> MemoryManager<S> {
             slice: placed.slice,
             requested: size,
             generation,
-            uses: match placed.carried_use {
-                Some(carried) => vec![carried],
-                None => Vec::new(),
-            },
+            // The old work that still uses the slice may write it.
+            uses: placed.carried_use.into_iter().collect(),
+            writes: placed.carried_use.into_iter().collect(),
             pinned: false,
         }))
     }
@@ -299,9 +298,46 @@ impl<S: Storage> MemoryManager<S> {
         sequence: u64,
     ) -> Result<(), IoError> {
         let allocation = self.allocations.get_mut(id).map_err(IoError::not_found)?;
-        match allocation.uses.iter_mut().find(|(s, _)| *s == stream) {
-            Some((_, last)) => *last = (*last).max(sequence),
-            None => allocation.uses.push((stream, sequence)),
+        raise_last(&mut allocation.uses, stream, sequence);
+        Ok(())
+    }
+
+    /// Records a use that writes the allocation: later uses on other
+    /// streams are ordered after it (see [`conflicts`](Self::conflicts)).
+    pub fn record_write(
+        &mut self,
+        id: AllocationId,
+        stream: StreamId,
+        sequence: u64,
+    ) -> Result<(), IoError> {
+        let allocation = self.allocations.get_mut(id).map_err(IoError::not_found)?;
+        raise_last(&mut allocation.uses, stream, sequence);
+        raise_last(&mut allocation.writes, stream, sequence);
+        Ok(())
+    }
+
+    /// The uses on streams other than `stream`, still in flight, that a new
+    /// use of `id` on `stream` conflicts with: every use if it writes, the
+    /// writes otherwise (reads of one allocation on two streams do not
+    /// conflict). At most one `(stream, last sequence)` per stream, pushed
+    /// onto `conflicts`.
+    pub fn conflicts(
+        &self,
+        id: AllocationId,
+        stream: StreamId,
+        writes: bool,
+        conflicts: &mut Vec<(StreamId, u64)>,
+    ) -> Result<(), IoError> {
+        let allocation = self.allocations.get(id).map_err(IoError::not_found)?;
+        let uses = if writes {
+            &allocation.uses
+        } else {
+            &allocation.writes
+        };
+        for &(other, sequence) in uses {
+            if other != stream && !self.streams.is_done(other, sequence) {
+                conflicts.push((other, sequence));
+            }
         }
         Ok(())
     }
@@ -368,5 +404,13 @@ impl<S: Storage> MemoryManager<S> {
     /// page behind the manager's back makes its slices `StorageHandleNotFound`.
     pub fn storage_mut(&mut self) -> &mut S {
         &mut self.storage
+    }
+}
+
+/// Raises `stream`'s last recorded sequence in `uses` to `sequence`.
+fn raise_last(uses: &mut Vec<(StreamId, u64)>, stream: StreamId, sequence: u64) {
+    match uses.iter_mut().find(|(s, _)| *s == stream) {
+        Some((_, last)) => *last = (*last).max(sequence),
+        None => uses.push((stream, sequence)),
     }
 }

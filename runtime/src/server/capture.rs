@@ -16,7 +16,7 @@ use crate::backend::{Backend, StreamWork};
 use crate::command::{BufferRef, Reservation};
 use crate::failure::PendingToken;
 use crate::graph::{CaptureId, GraphInfo, GraphRef};
-use crate::{FailureToken, KernelLaunch, ServerError};
+use crate::{Access, FailureToken, KernelLaunch, ServerError};
 
 impl<B: Backend> ServerCore<B> {
     /// `Active → Capturing` on `stream`. Refused unless the context is
@@ -38,7 +38,8 @@ impl<B: Backend> ServerCore<B> {
     ) -> Result<Reservation, ServerError> {
         let stream = self.recording_stream(capture)?;
         let reservation = self.reserve_admitted(size, AllocationPolicy::Forbidden, stream)?;
-        self.hold(reservation.buffer.id);
+        // Fresh memory: what the graph does with it is recorded as it launches.
+        self.hold(reservation.buffer.id, Access::Read);
         Ok(reservation)
     }
 
@@ -54,8 +55,8 @@ impl<B: Backend> ServerCore<B> {
             .iter()
             .map(|launch| self.resolve_launch(launch, &mut uses))
             .collect::<Result<Vec<_>, _>>()?;
-        for id in uses {
-            self.hold(id);
+        for (id, access) in uses {
+            self.hold(id, access);
         }
         self.graphs.record(resolved);
         Ok(())
@@ -180,8 +181,8 @@ impl<B: Backend> ServerCore<B> {
     }
 
     /// The capture in progress holds `id`: pinned from its first holder on.
-    fn hold(&mut self, id: cistern_memory::AllocationId) {
-        if self.graphs.hold_in_recording(id) {
+    fn hold(&mut self, id: cistern_memory::AllocationId, access: Access) {
+        if self.graphs.hold_in_recording(id, access) {
             // Checked to exist by the caller in this same command.
             let pinned = self.memory.set_pinned(id, true);
             debug_assert!(pinned.is_ok(), "a checked allocation is pinned");

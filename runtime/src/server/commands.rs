@@ -2,14 +2,15 @@
 //! [`ServerCore::handle`]: reservations, transfers, launches, streams,
 //! events, compaction.
 
-use cistern_memory::{AllocationId, AllocationPolicy, BackTrace, IoError, SliceLocation, StreamId};
+use cistern_memory::{AllocationPolicy, BackTrace, IoError, SliceLocation, StreamId};
 
 use super::core::{ServerCore, trace_refusal};
+use super::ordering::Use;
 use super::validate::{check_launch, check_strided, regions_overlap};
 use crate::backend::{Backend, ResolvedLaunch, StreamWork, StrideLayout};
 use crate::command::{BufferRef, CompactionReport, EventId, Region, Reservation, StridedCopy};
 use crate::failure::PendingToken;
-use crate::{DEFAULT_STREAM, FailureToken, KernelLaunch, ServerError};
+use crate::{Access, DEFAULT_STREAM, FailureToken, KernelLaunch, ServerError};
 
 impl<B: Backend> ServerCore<B> {
     pub(super) fn reserve(
@@ -79,7 +80,7 @@ impl<B: Backend> ServerCore<B> {
             target: location,
             data: data.into_vec(),
         };
-        self.submit(stream, work, &[target.buffer.id])
+        self.submit(stream, work, &[(target.buffer.id, Access::Write)])
     }
 
     pub(super) fn copy(
@@ -107,7 +108,11 @@ impl<B: Backend> ServerCore<B> {
             source: from,
             target: to,
         };
-        self.submit(stream, work, &[source.buffer.id, target.buffer.id])
+        let uses = [
+            (source.buffer.id, Access::Read),
+            (target.buffer.id, Access::Write),
+        ];
+        self.submit(stream, work, &uses)
     }
 
     pub(super) fn strided_copy(
@@ -139,7 +144,11 @@ impl<B: Backend> ServerCore<B> {
             target,
             layout: Box::new(layout),
         };
-        self.submit(stream, work, &[copy.source.id, copy.target.id])
+        let uses = [
+            (copy.source.id, Access::Read),
+            (copy.target.id, Access::Write),
+        ];
+        self.submit(stream, work, &uses)
     }
 
     /// Launches one kernel, counted in `stats.launches` (the hot path: its
@@ -160,6 +169,7 @@ impl<B: Backend> ServerCore<B> {
             kernel,
             bindings: bound,
         } = launch;
+        let signature = kernel.signature();
         let mut work = match bindings {
             Ok(bindings) => StreamWork::Launch {
                 launch: ResolvedLaunch { kernel, bindings },
@@ -168,7 +178,8 @@ impl<B: Backend> ServerCore<B> {
             Err(error) => return self.refuse_async(stream, token, error),
         };
         self.inject_launch_faults(&mut work);
-        let _ = self.submit_using(stream, work, bound.iter().map(|binding| binding.buffer.id));
+        let uses = bound.iter().map(|binding| binding.buffer.id).zip(signature);
+        let _ = self.submit_using(stream, work, uses.map(|(id, access)| (id, *access)));
     }
 
     /// Launches a batch. Nothing is queued unless every call passes; a
@@ -201,10 +212,11 @@ impl<B: Backend> ServerCore<B> {
     pub(super) fn resolve_launch(
         &mut self,
         launch: &KernelLaunch,
-        uses: &mut Vec<AllocationId>,
+        uses: &mut Vec<Use>,
     ) -> Result<ResolvedLaunch, ServerError> {
         let bindings = self.resolve_bindings(launch)?;
-        uses.extend(launch.bindings.iter().map(|binding| binding.buffer.id));
+        let ids = launch.bindings.iter().map(|binding| binding.buffer.id);
+        uses.extend(ids.zip(launch.signature().iter().copied()));
         Ok(ResolvedLaunch {
             kernel: launch.kernel.clone(),
             bindings,

@@ -12,12 +12,13 @@ use cistern_memory::{AllocationId, MemoryConfig, MemoryManager, SliceLocation, S
 use super::context::{Context, ContextState};
 use super::graphs::Graphs;
 use super::invalidate::Recovery;
+use super::ordering::{self, Use};
 use super::validate::check_region;
 use crate::backend::{Backend, Completion, Refused, StreamWork};
 use crate::command::{BufferRef, Command, Region, ServerId, ServerStats};
 use crate::fault::FaultInjector;
 use crate::sync::{Receiver, Reply};
-use crate::{DEFAULT_STREAM, FaultPlan, ServerError};
+use crate::{Access, DEFAULT_STREAM, FaultPlan, ServerError};
 use cistern_memory::IdMap;
 
 /// Whether the server keeps serving after a command.
@@ -225,7 +226,7 @@ impl<B: Backend> ServerCore<B> {
                         source: location,
                         reply,
                     };
-                    let _ = self.submit(stream, work, &[source.buffer.id]);
+                    let _ = self.submit(stream, work, &[(source.buffer.id, Access::Read)]);
                 }
                 Err(error) => answer(reply, Err(error)),
             },
@@ -448,18 +449,61 @@ impl<B: Backend> ServerCore<B> {
         &mut self,
         stream: StreamId,
         work: StreamWork,
-        uses: &[AllocationId],
+        uses: &[Use],
     ) -> Result<(), ServerError> {
         self.submit_using(stream, work, uses.iter().copied())
     }
 
-    /// [`submit`](Self::submit), the uses given as an iterator.
+    /// [`submit`](Self::submit), the uses given as an iterator. Work that
+    /// conflicts with another stream's work still in flight (see
+    /// [`ordering`](super::ordering)) is queued behind a wait for it.
     pub(super) fn submit_using(
         &mut self,
         stream: StreamId,
         work: StreamWork,
-        uses: impl Iterator<Item = AllocationId>,
+        uses: impl Iterator<Item = Use> + Clone,
     ) -> Result<(), ServerError> {
+        if !self.streams.contains_key(&stream) {
+            let error = ServerError::InvalidArgument {
+                message: format!("unknown stream {}", stream.0),
+            };
+            work.refuse(error.clone());
+            return Err(error);
+        }
+        if self.streams.len() > 1 {
+            let waits = ordering::waits(&self.memory, stream, uses.clone());
+            for (other, sequence) in waits {
+                self.stats.ordering_waits += 1;
+                let wait = StreamWork::WaitStream {
+                    stream: other,
+                    sequence,
+                };
+                if let Err(error) = self.queue(stream, wait) {
+                    // Unordered, the work could race the other stream: refuse it.
+                    work.refuse(error.clone());
+                    return Err(error);
+                }
+            }
+        }
+        match self.queue(stream, work) {
+            Ok(sequence) => {
+                for (id, access) in uses {
+                    // Checked to exist by the caller in this same command.
+                    let recorded = match access {
+                        Access::Read => self.memory.record_use(id, stream, sequence),
+                        Access::Write => self.memory.record_write(id, stream, sequence),
+                    };
+                    debug_assert!(recorded.is_ok(), "a checked allocation records its use");
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Hands `work` to the backend as `stream`'s next item (a known
+    /// stream); answers its sequence, or refuses it.
+    fn queue(&mut self, stream: StreamId, work: StreamWork) -> Result<u64, ServerError> {
         let Some(last) = self.streams.get_mut(&stream) else {
             let error = ServerError::InvalidArgument {
                 message: format!("unknown stream {}", stream.0),
@@ -473,14 +517,7 @@ impl<B: Backend> ServerCore<B> {
             .backend
             .submit(self.memory.storage(), stream, sequence, work)
         {
-            Ok(()) => {
-                for id in uses {
-                    // Checked to exist by the caller in this same command.
-                    let recorded = self.memory.record_use(id, stream, sequence);
-                    debug_assert!(recorded.is_ok(), "a checked allocation records its use");
-                }
-                Ok(())
-            }
+            Ok(()) => Ok(sequence),
             Err(refused) => {
                 let Refused { error, work } = *refused;
                 trace_refusal("submit", &error);

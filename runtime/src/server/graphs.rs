@@ -7,12 +7,14 @@
 //! stay valid) and a free of it waits until its last holder is released.
 //! Pure bookkeeping: the server applies what it answers to the manager.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 use cistern_memory::{AllocationId, StreamId};
 
+use crate::Access;
 use crate::backend::{Launches, ResolvedLaunch};
 use crate::graph::CaptureId;
 use cistern_memory::{IdHasher, IdMap};
@@ -23,7 +25,9 @@ pub(crate) struct Recording {
     pub(crate) id: CaptureId,
     pub(crate) stream: StreamId,
     pub(crate) launches: Vec<ResolvedLaunch>,
-    allocations: HashSet<AllocationId, BuildHasherDefault<IdHasher>>,
+    /// Each allocation held, and how the recorded launches use it (a write
+    /// among them makes it written).
+    allocations: HashMap<AllocationId, Access, BuildHasherDefault<IdHasher>>,
 }
 
 /// A recorded graph: its launches, resolved, and the allocations it holds.
@@ -32,8 +36,9 @@ pub(crate) struct Graph {
     /// Shared with every replay in flight; the backend caches its own
     /// resolved form beside them.
     pub(crate) launches: Launches,
-    /// Shared, so a replay names them without copying the list.
-    pub(crate) allocations: Arc<[AllocationId]>,
+    /// Shared, so a replay names them without copying the list; with how
+    /// the graph uses each, for the cross-stream ordering of its replays.
+    pub(crate) allocations: Arc<[(AllocationId, Access)]>,
 }
 
 #[derive(Debug, Default)]
@@ -104,7 +109,7 @@ impl Graphs {
             id,
             stream,
             launches: Vec::new(),
-            allocations: HashSet::default(),
+            allocations: HashMap::default(),
         });
         id
     }
@@ -124,14 +129,22 @@ impl Graphs {
         }
     }
 
-    /// The capture in progress holds `id`; true when `id` was not held
-    /// before (pin it now).
-    pub(crate) fn hold_in_recording(&mut self, id: AllocationId) -> bool {
+    /// The capture in progress holds `id`, used as `access`; true when
+    /// `id` was not held before (pin it now).
+    pub(crate) fn hold_in_recording(&mut self, id: AllocationId, access: Access) -> bool {
         let Some(recording) = &mut self.recording else {
             return false;
         };
-        if !recording.allocations.insert(id) {
-            return false;
+        match recording.allocations.entry(id) {
+            Entry::Occupied(mut held) => {
+                if access == Access::Write {
+                    held.insert(Access::Write);
+                }
+                return false;
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(access);
+            }
         }
         let hold = self.holds.entry(id).or_default();
         hold.holders += 1;
@@ -166,14 +179,14 @@ impl Graphs {
     /// Forgets the graph `id`; answers what its holds leave to do.
     pub(crate) fn remove(&mut self, id: u64) -> Released {
         match self.graphs.remove(&id) {
-            Some(graph) => self.release(graph.allocations.iter().copied()),
+            Some(graph) => self.release(graph.allocations.iter().map(|(id, _)| *id)),
             None => Released::default(),
         }
     }
 
     /// Drops a discarded recording's holds; answers what they leave to do.
     pub(crate) fn discard(&mut self, recording: Recording) -> Released {
-        self.release(recording.allocations.into_iter())
+        self.release(recording.allocations.into_keys())
     }
 
     /// A free of `id` arrived: true (and it waits) while a graph holds it.
@@ -215,7 +228,7 @@ mod tests {
     fn record(graphs: &mut Graphs, ids: &[u64]) -> u64 {
         let capture = graphs.start(StreamId(0));
         for id in ids {
-            graphs.hold_in_recording(AllocationId(*id));
+            graphs.hold_in_recording(AllocationId(*id), Access::Read);
         }
         let recording = graphs.finish(capture);
         assert!(recording.is_some());
@@ -242,8 +255,8 @@ mod tests {
     fn a_recording_holds_each_allocation_once() {
         let mut graphs = Graphs::default();
         let capture = graphs.start(StreamId(4));
-        assert!(graphs.hold_in_recording(AllocationId(7)));
-        assert!(!graphs.hold_in_recording(AllocationId(7)));
+        assert!(graphs.hold_in_recording(AllocationId(7), Access::Read));
+        assert!(!graphs.hold_in_recording(AllocationId(7), Access::Read));
         assert_eq!(graphs.recording_stream(capture), Some(StreamId(4)));
         assert_eq!(graphs.recording_stream(CaptureId(99)), None);
         let Some(recording) = graphs.finish(capture) else {

@@ -8,6 +8,7 @@ mod core;
 mod graphs;
 mod inject;
 mod invalidate;
+mod ordering;
 mod probe;
 mod thread;
 mod validate;

@@ -14,7 +14,7 @@ use crate::backend::{Backend, ResolvedLaunch, StreamWork};
 use crate::failure::PendingToken;
 use crate::fault::ProbeFault;
 use crate::sync::{Answer, TryRecvError, reply_channel};
-use crate::{DEFAULT_STREAM, FailureToken, Kernel, ServerError};
+use crate::{Access, DEFAULT_STREAM, FailureToken, Kernel, ServerError};
 
 /// The probe's allocation, in bytes.
 pub(super) const PROBE_BYTES: u64 = 256;
@@ -120,7 +120,7 @@ impl<B: Backend> ServerCore<B> {
             target: whole,
             data,
         };
-        self.submit(DEFAULT_STREAM, write, &[allocation])
+        self.submit(DEFAULT_STREAM, write, &[(allocation, Access::Write)])
             .map_err(|error| ProbeFailure::of("host-to-device transfer", &error))?;
 
         let launch = match fault {
@@ -140,7 +140,7 @@ impl<B: Backend> ServerCore<B> {
             launch,
             token: Some(PendingToken::new(token.clone(), self.ordinal)),
         };
-        self.submit(DEFAULT_STREAM, work, &[allocation])
+        self.submit(DEFAULT_STREAM, work, &[(allocation, Access::Write)])
             .map_err(|error| ProbeFailure::of("kernel", &error))?;
 
         let (reply, read) = reply_channel();
@@ -148,7 +148,7 @@ impl<B: Backend> ServerCore<B> {
             source: whole,
             reply,
         };
-        self.submit(DEFAULT_STREAM, work, &[allocation])
+        self.submit(DEFAULT_STREAM, work, &[(allocation, Access::Read)])
             .map_err(|error| ProbeFailure::of("device-to-host transfer", &error))?;
         self.backend.flush();
         Ok(Probe {

@@ -405,3 +405,39 @@ fn each_command_has_a_span_and_a_refusal_carries_its_stable_code() {
     let invalid_argument = u64::from(ErrorCode::InvalidArgument.stable_id());
     assert!(capture.codes.lock().contains(&invalid_argument));
 }
+
+#[test]
+fn an_upload_used_at_once_on_another_stream_is_queued_behind_a_wait_for_it() {
+    let mut harness = new_server();
+    let buffer = harness.reserve(64);
+    let other = harness.create_stream();
+    assert_eq!(harness.write(buffer, vec![1; 64]), Ok(()));
+    harness.launch(other, KernelLaunch::scale(whole(buffer, 64), 2.0), None);
+    let queued = harness.take_queued();
+    assert!(matches!(queued[0], (DEFAULT_STREAM, 1, StreamWork::Write { .. })));
+    assert!(
+        matches!(
+            queued[1],
+            (stream, 1, StreamWork::WaitStream { stream: waited, sequence: 1 })
+                if stream == other && waited == DEFAULT_STREAM
+        ),
+        "{:?}",
+        queued[1]
+    );
+    assert!(matches!(queued[2], (stream, 2, StreamWork::Launch { .. }) if stream == other));
+    assert_eq!(harness.core.stats().ordering_waits, 1);
+}
+
+#[test]
+fn work_after_the_other_stream_completed_needs_no_wait() {
+    let mut harness = new_server();
+    let buffer = harness.reserve(64);
+    let other = harness.create_stream();
+    assert_eq!(harness.write(buffer, vec![1; 64]), Ok(()));
+    complete(&harness, DEFAULT_STREAM, 1);
+    harness.launch(other, KernelLaunch::scale(whole(buffer, 64), 2.0), None);
+    let queued = harness.take_queued();
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    assert!(matches!(queued[1], (stream, 1, StreamWork::Launch { .. }) if stream == other));
+    assert_eq!(harness.core.stats().ordering_waits, 0);
+}

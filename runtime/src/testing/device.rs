@@ -2,7 +2,7 @@
 //! submitted work, runs it on the simulated memory when told, delivers the
 //! completions it holds, and records what the backend was asked.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use cistern_memory::{BackTrace, DevicePoison, StreamId};
@@ -64,9 +64,22 @@ pub(super) struct DeviceState {
     pub(super) kernels_run: Vec<Kernel>,
     pub(super) counters: DeviceCounters,
     pub(super) held_syncs: Vec<Reply<()>>,
+    /// The highest sequence run per stream, for cross-stream waits.
+    pub(super) ran: HashMap<StreamId, u64>,
 }
 
 impl DeviceState {
+    /// Whether `work` may run now: a cross-stream wait holds its stream
+    /// until the stream it waits for has run that far.
+    fn can_run(&self, work: &StreamWork) -> bool {
+        match work {
+            StreamWork::WaitStream { stream, sequence } => {
+                self.ran.get(stream).is_some_and(|ran| ran >= sequence)
+            }
+            _ => true,
+        }
+    }
+
     /// Sends every held completion to the server, oldest first.
     fn deliver(&mut self, count: usize, completions: &Sender<Completion>) {
         let count = count.min(self.undelivered.len());
@@ -79,6 +92,7 @@ impl DeviceState {
     /// device refuses everything after) and holds its completion.
     fn execute(&mut self, item: QueuedWork, run: &Run, completions: &Sender<Completion>) {
         let (stream, sequence, work) = item;
+        self.ran.insert(stream, sequence);
         let refusal = self.fault.clone().map(ServerError::ContextPoisoned);
         if matches!(work, StreamWork::Read { .. } | StreamWork::Sync { .. }) {
             // An executor reports what ran before a point before answering at it.
@@ -205,12 +219,22 @@ impl TestDevice {
         self.state.lock().queue.drain(..).collect()
     }
 
-    /// Streams with queued work, in ascending order.
+    /// Streams whose next queued item can run now (not held by a
+    /// cross-stream wait), in ascending order.
     pub fn busy_streams(&self) -> Vec<StreamId> {
         let state = self.state.lock();
-        let mut streams: Vec<StreamId> = state.queue.iter().map(|(stream, ..)| *stream).collect();
+        let mut streams: Vec<StreamId> = Vec::new();
+        let mut seen: Vec<StreamId> = Vec::new();
+        for (stream, _, work) in &state.queue {
+            if seen.contains(stream) {
+                continue;
+            }
+            seen.push(*stream);
+            if state.can_run(work) {
+                streams.push(*stream);
+            }
+        }
         streams.sort_unstable();
-        streams.dedup();
         streams
     }
 
@@ -220,12 +244,20 @@ impl TestDevice {
         state.queue.is_empty() && state.undelivered.is_empty()
     }
 
-    /// Runs the oldest queued item of `stream`, if any, as `run` says.
+    /// Runs the oldest queued item of `stream`, if any and if it can run
+    /// now (a cross-stream wait whose stream is behind holds it), as `run` says.
     pub fn run_next(&self, stream: StreamId, run: &Run) {
         let mut state = self.state.lock();
         let Some(position) = state.queue.iter().position(|(s, ..)| *s == stream) else {
             return;
         };
+        if !state
+            .queue
+            .get(position)
+            .is_some_and(|(_, _, work)| state.can_run(work))
+        {
+            return;
+        }
         if let Some(item) = state.queue.remove(position) {
             state.execute(item, run, &self.completions);
         }

@@ -55,6 +55,9 @@ pub struct CpuBackend {
     ordinal: usize,
     executors: IdMap<StreamId, StreamQueue>,
     events: IdMap<EventId, Arc<CpuEvent>>,
+    /// Every stream's published progress, kept after a stream is destroyed
+    /// (its queued work still runs, and others may wait on it).
+    progress: IdMap<StreamId, Arc<StreamProgress>>,
     health: Arc<DeviceHealth>,
     counters: Arc<CpuCounters>,
     completions: Sender<Completion>,
@@ -68,6 +71,7 @@ impl CpuBackend {
             ordinal,
             executors: IdMap::default(),
             events: IdMap::default(),
+            progress: IdMap::default(),
             health: Arc::new(DeviceHealth::new(ordinal)),
             counters: Arc::default(),
             completions,
@@ -108,6 +112,7 @@ struct CpuResolver<'a> {
     storage: &'a HostStorage,
     events: &'a mut IdMap<EventId, Arc<CpuEvent>>,
     lists: &'a mut SpareLists,
+    progress: &'a IdMap<StreamId, Arc<StreamProgress>>,
 }
 
 impl Resolver for CpuResolver<'_> {
@@ -131,6 +136,15 @@ impl Resolver for CpuResolver<'_> {
         let cell = Arc::new(CpuEvent::default());
         self.events.insert(event, cell.clone());
         EventSignal(cell)
+    }
+
+    fn progress(&mut self, stream: StreamId) -> Result<Arc<StreamProgress>, ServerError> {
+        self.progress
+            .get(&stream)
+            .cloned()
+            .ok_or_else(|| ServerError::InvalidArgument {
+                message: format!("unknown stream {}", stream.0),
+            })
     }
 
     fn wait(&mut self, event: EventId) -> Result<Arc<CpuEvent>, ServerError> {
@@ -173,6 +187,7 @@ impl Backend for CpuBackend {
                     "could not start an executor thread: {e}"
                 )))
             })?;
+        self.progress.insert(stream, progress.clone());
         self.executors.insert(
             stream,
             StreamQueue {
@@ -214,6 +229,7 @@ impl Backend for CpuBackend {
             storage,
             events: &mut self.events,
             lists: &mut queue.lists,
+            progress: &self.progress,
         };
         let task = work.resolve(&mut resolver)?;
         if queue.pending.len() == queue.pending.capacity() && !queue.pending.is_empty() {

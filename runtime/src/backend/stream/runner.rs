@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cistern_memory::{DevicePoison, StreamId};
 
@@ -13,7 +14,7 @@ use super::work::{BoundLaunch, Job, Work};
 use crate::ServerError;
 use crate::backend::{Completion, StrideLayout};
 use crate::failure::PendingToken;
-use crate::sync::{PATIENCE, Receiver, Sender, TryRecvError, recv_patiently};
+use crate::sync::{PATIENCE, Receiver, Sender, TryRecvError, poll_patiently, recv_patiently};
 
 /// Completions are reported at least this often while a stream stays busy.
 pub const REPORT_EVERY: u64 = 64;
@@ -169,11 +170,34 @@ impl<D: StreamDevice> StreamRunner<D> {
                     self.device.wait(&event);
                 }
             }
+            Work::WaitStream { stream, sequence } => self.wait_for(&stream, sequence),
             Work::Fail { error } => self.latch(*error),
         }
         self.done = sequence;
         if self.done - self.reported >= REPORT_EVERY {
             self.report(None);
+        }
+    }
+
+    /// Holds this stream until `stream` has reported `sequence`, or the
+    /// device faulted (later work is refused then anyway). Publishes this
+    /// stream's own progress first: a stream waiting on this one sees every
+    /// item before the wait, so waits that point at earlier work never
+    /// deadlock.
+    fn wait_for(&mut self, stream: &StreamProgress, sequence: u64) {
+        let health = self.health.clone();
+        let reached = || stream.reported() >= sequence || health.is_faulted();
+        if reached() {
+            return;
+        }
+        self.report(None);
+        if poll_patiently(PATIENCE, || reached().then_some(())).is_some() {
+            return;
+        }
+        let mut nap = Duration::from_micros(20);
+        while !reached() {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
         }
     }
 

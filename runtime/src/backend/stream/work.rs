@@ -7,8 +7,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cistern_memory::SliceLocation;
+use cistern_memory::{SliceLocation, StreamId};
 
+use super::progress::StreamProgress;
 use super::runner::StreamDevice;
 use crate::backend::{Launches, ResolvedLaunch, StrideLayout};
 use crate::command::EventId;
@@ -28,6 +29,8 @@ pub trait Resolution {
     type Record: fmt::Debug + Send;
     /// The waiting side of an event.
     type Wait: fmt::Debug + Send;
+    /// Another stream, as a wait for its progress sees it.
+    type Stream: fmt::Debug + Send;
 }
 
 /// One item of a stream's in-order work.
@@ -87,6 +90,14 @@ pub enum Work<R: Resolution> {
         /// The event.
         event: R::Wait,
     },
+    /// Hold the stream until `stream` has completed everything up to
+    /// `sequence`: the server orders conflicting uses of memory this way.
+    WaitStream {
+        /// The stream waited for.
+        stream: R::Stream,
+        /// Its item that must have completed.
+        sequence: u64,
+    },
     /// Answer once everything before it ran: the latched error (clearing
     /// it), the device's fault, or `Ok`.
     Sync {
@@ -117,6 +128,7 @@ impl<R: Resolution> Work<R> {
             | Work::StridedCopy { .. }
             | Work::RecordEvent { .. }
             | Work::WaitEvent { .. }
+            | Work::WaitStream { .. }
             | Work::Fail { .. } => {}
         }
     }
@@ -138,6 +150,7 @@ impl Resolution for Unresolved {
     type Batch = Launches;
     type Record = EventId;
     type Wait = EventId;
+    type Stream = StreamId;
 }
 
 /// Work as the server hands it to a backend.
@@ -158,6 +171,7 @@ impl<D: StreamDevice> Resolution for OnDevice<D> {
     type Batch = Arc<[BoundLaunch<D::Slice>]>;
     type Record = D::Signal;
     type Wait = D::Event;
+    type Stream = Arc<StreamProgress>;
 }
 
 /// Work resolved to device `D`'s handles.
@@ -225,6 +239,9 @@ pub trait Resolver {
         &mut self,
         event: EventId,
     ) -> Result<<Self::Device as StreamDevice>::Event, ServerError>;
+
+    /// The published progress of `stream`, for another stream to wait on.
+    fn progress(&mut self, stream: StreamId) -> Result<Arc<StreamProgress>, ServerError>;
 }
 
 impl StreamWork {
@@ -247,6 +264,7 @@ enum Lookup<D: StreamDevice> {
     Batch(Arc<[BoundLaunch<D::Slice>]>),
     Record(D::Signal),
     Wait(D::Event),
+    Progress(Arc<StreamProgress>),
 }
 
 impl<D: StreamDevice> Lookup<D> {
@@ -267,6 +285,7 @@ impl<D: StreamDevice> Lookup<D> {
             Work::Batch { launches, .. } => Lookup::Batch(r.batch(launches)?),
             Work::RecordEvent { event } => Lookup::Record(r.record(*event)),
             Work::WaitEvent { event } => Lookup::Wait(r.wait(*event)?),
+            Work::WaitStream { stream, .. } => Lookup::Progress(r.progress(*stream)?),
             Work::Sync { .. } | Work::Fail { .. } => Lookup::Nothing,
         })
     }
@@ -293,6 +312,9 @@ impl<D: StreamDevice> Lookup<D> {
             (Work::Batch { token, .. }, Lookup::Batch(launches)) => Work::Batch { launches, token },
             (Work::RecordEvent { .. }, Lookup::Record(event)) => Work::RecordEvent { event },
             (Work::WaitEvent { .. }, Lookup::Wait(event)) => Work::WaitEvent { event },
+            (Work::WaitStream { sequence, .. }, Lookup::Progress(stream)) => {
+                Work::WaitStream { stream, sequence }
+            }
             (Work::Sync { reply }, Lookup::Nothing) => Work::Sync { reply },
             (Work::Fail { error }, Lookup::Nothing) => Work::Fail { error },
             (work, _) => unreachable!("a lookup completes the work it was made from: {work:?}"),
