@@ -137,7 +137,7 @@ pub struct ErrorReport {
     pub stable_id: u32,
     /// The error's message followed by each `source()`, joined by `": "`.
     pub message: String,
-    /// The typed error.
+    /// The typed error, for code that branches on it (`message` is for people).
     pub error: ReportedError,
     /// The device ordinal, where known.
     pub ordinal: Option<usize>,

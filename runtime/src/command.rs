@@ -8,6 +8,12 @@
 //! and `ReleaseGraph` do not answer: a launch's failure reaches its
 //! [`FailureToken`] and stays latched on its stream until a `Sync` there
 //! reads it.
+//!
+//! A command that names a stream is refused (`InvalidArgument`) when the
+//! stream does not exist, and with the context's error unless the context
+//! admits work. Work queued on a stream records its use of each allocation
+//! it names, so a freed allocation's memory is reused only once those
+//! streams ran past it.
 
 use cistern_memory::{AllocationId, AllocationPolicy, MemorySnapshot, MemoryStats, StreamId};
 use serde::{Deserialize, Serialize};
@@ -24,22 +30,23 @@ pub struct ServerId(pub u64);
 /// Names an allocation of one server in one context generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BufferRef {
-    /// The server that made it.
+    /// The server that made it; any other refuses it (`DeviceMismatch`).
     pub server: ServerId,
-    /// The allocation.
+    /// Its id in that server's memory manager.
     pub id: AllocationId,
-    /// The context generation it was made in.
+    /// The context generation it was made in; after a recovery it is
+    /// refused as `StaleGeneration`.
     pub generation: u64,
 }
 
 /// A byte range of an allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Region {
-    /// The allocation.
+    /// The allocation the range lies in.
     pub buffer: BufferRef,
     /// First byte, from the allocation's start.
     pub offset: u64,
-    /// Bytes.
+    /// Length in bytes; a range past the allocation's end is `InvalidArgument`.
     pub size: u64,
 }
 
@@ -78,7 +85,7 @@ pub struct EventId(pub u64);
 pub struct Reservation {
     /// The allocation, its server and generation.
     pub buffer: BufferRef,
-    /// The bytes asked for.
+    /// The bytes asked for (the slice behind it may be padded larger).
     pub size: u64,
 }
 
@@ -95,7 +102,7 @@ pub struct ServerStats {
     pub syncs: u64,
     /// `Free` commands handled.
     pub frees: u64,
-    /// Kernels the device ran to completion.
+    /// Kernels the device ran to completion, `Empty` runs included.
     pub kernels_run: u64,
     /// Runs of the `Empty` kernel the device counted.
     pub empty_kernel_runs: u64,
@@ -108,182 +115,197 @@ pub struct ServerStats {
 /// What a `Compact` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompactionReport {
-    /// Allocations moved.
+    /// Allocations moved to another page.
     pub moved: u64,
-    /// Bytes copied.
+    /// Bytes copied (the moved slices' sizes).
     pub bytes: u64,
 }
 
 /// A request to a device server. See the module docs for who answers what.
 #[derive(Debug)]
 pub enum Command {
-    /// Reserve `size` bytes for use on `stream` (which decides when freed
-    /// memory may be reused).
+    /// Reserve `size` bytes for use on `stream`.
     Reserve {
-        /// Bytes.
+        /// At least one (`InvalidArgument` for zero); the slice behind it
+        /// may be padded larger.
         size: u64,
         /// Whether pages may be added, or added without memory until first use.
         policy: AllocationPolicy,
-        /// The stream that will use it first.
+        /// Memory freed while only this stream still uses it may be handed
+        /// out at once: the stream's own order keeps the old work first.
         stream: StreamId,
-        /// The answer.
+        /// The allocation, answered at once; the `OutOfMemory` family may
+        /// pass after handles are dropped and `Reclaim` runs.
         reply: Reply<Reservation>,
     },
     /// The last handle to an allocation was dropped; runs on no stream.
     Free {
-        /// The allocation.
+        /// One of another server or an older generation is ignored (its
+        /// memory is gone already); while a graph holds it, the free waits
+        /// for the graph's release.
         buffer: BufferRef,
     },
-    /// Write `data` to `target`, in order on `stream`. Answered once queued.
+    /// Write `data` to `target`, in order on `stream`.
     Write {
-        /// The stream.
+        /// Later work on it sees the bytes.
         stream: StreamId,
-        /// Where; `target.size == data.len()`.
+        /// `target.size == data.len()`, else `InvalidArgument`.
         target: Region,
         /// The bytes (a boxed slice: narrower than a `Vec`, and every
         /// command is as wide as the widest).
         data: Box<[u8]>,
-        /// The answer.
+        /// Answered once queued, not once written: a refusal comes here,
+        /// a failure while writing is latched for the stream's next `Sync`.
         reply: Reply<()>,
     },
-    /// Read `source`, in order on `stream`; answered by the executor.
+    /// Read `source`, in order on `stream`.
     Read {
-        /// The stream.
+        /// The bytes are read once every earlier item on it ran.
         stream: StreamId,
-        /// What.
+        /// Must lie inside its allocation.
         source: Region,
-        /// The bytes, or the stream's failure.
+        /// The bytes, answered by the executor, or the poison if the device
+        /// faulted (an error latched on the stream does not fail a read); a
+        /// refusal at the server is answered at once.
         reply: Reply<Vec<u8>>,
     },
-    /// Copy `source` to `target` (same size, not overlapping), in order on `stream`.
+    /// Copy `source` to `target` (same size, not overlapping, else
+    /// `InvalidArgument`), in order on `stream`.
     Copy {
-        /// The stream.
+        /// Later work on it sees the copied bytes.
         stream: StreamId,
         /// Read from (boxed, as `target`: two regions would make every
         /// command, launches included, wider).
         source: Box<Region>,
         /// Written.
         target: Box<Region>,
-        /// The answer, once queued.
+        /// Answered once queued, as a `Write`'s.
         reply: Reply<()>,
     },
     /// A strided copy, in order on `stream`.
     StridedCopy {
-        /// The stream.
+        /// Later work on it sees the copied bytes.
         stream: StreamId,
         /// The views (boxed: a rare command should not widen every other).
         copy: Box<StridedCopy>,
-        /// The answer, once queued (`UnsupportedStrides` when the backend declines).
+        /// Answered once queued, as a `Write`'s; `UnsupportedStrides`, with
+        /// nothing queued, when the backend declines the layout.
         reply: Reply<()>,
     },
     /// Run a kernel, in order on `stream`; no answer.
     Launch {
-        /// The stream.
+        /// A failure is latched here too, for the stream's next `Sync`.
         stream: StreamId,
-        /// The kernel call.
+        /// Checked against its kernel's contract before anything is queued.
         launch: KernelLaunch,
-        /// Settled when the kernel ran or failed.
+        /// Settled with the outcome: by the executor once the kernel ran or
+        /// failed, at once when the server refused it.
         token: Option<FailureToken>,
     },
     /// Run several kernels as one command: all are checked before any runs,
     /// and a failure stops the rest; no answer.
     LaunchBatch {
-        /// The stream.
+        /// A failure is latched here too, for the stream's next `Sync`.
         stream: StreamId,
-        /// The kernel calls, in order.
+        /// The kernel calls, in the order they run.
         launches: Vec<KernelLaunch>,
-        /// Settled when all ran or one failed.
+        /// Settled once all ran or with the first failure.
         token: Option<FailureToken>,
     },
     /// One fused optimizer step (one kernel), in order on `stream`; checked
     /// as a launch (config and segments first); no answer.
     OptimizerStep {
-        /// The stream.
+        /// A failure is latched here too, for the stream's next `Sync`.
         stream: StreamId,
-        /// The step (boxed: wide, and one per training step).
+        /// Boxed: wide, and one per training step.
         step: Box<OptimizerStep>,
-        /// Settled when the step ran or failed.
+        /// Settled as a `Launch`'s.
         token: Option<FailureToken>,
     },
     /// Create a stream, independent of the others.
     CreateStream {
-        /// Its id.
+        /// The new stream's id (ids are never reused), answered at once.
         reply: Reply<StreamId>,
     },
-    /// Destroy a stream once its queued work has run.
+    /// Destroy a stream; work already queued on it still runs.
     DestroyStream {
-        /// The stream (not the default stream).
+        /// Not the default stream (`InvalidArgument`).
         stream: StreamId,
-        /// The answer.
+        /// Answered at once, without waiting for the queued work.
         reply: Reply<()>,
     },
-    /// Record an event on `stream`: it fires when the stream reaches it.
+    /// Record an event on `stream`.
     RecordEvent {
-        /// The stream.
+        /// The event fires when this stream reaches it.
         stream: StreamId,
-        /// The event's id.
+        /// The event's id, answered once its marker is queued.
         reply: Reply<EventId>,
     },
     /// Make `stream` wait until `event` fires before running later work.
     WaitEvent {
-        /// The waiting stream.
+        /// It waits on its executor; the server does not wait.
         stream: StreamId,
-        /// The event.
+        /// Recorded on any stream of this server; one unknown or released
+        /// is refused.
         event: EventId,
-        /// The answer, once queued.
+        /// Answered once the wait is queued.
         reply: Reply<()>,
     },
     /// The last handle to an event was dropped; no answer.
     ReleaseEvent {
-        /// The event.
+        /// Waits already queued on it still see it fire; a later
+        /// `WaitEvent` naming it is refused.
         event: EventId,
     },
-    /// Answered by `stream`'s executor once all earlier work on it ran,
-    /// with its latched error if any (which clears the latch).
+    /// Report what failed on `stream` since the last sync.
     Sync {
-        /// The stream.
+        /// When it is idle with nothing latched, the server answers itself.
         stream: StreamId,
-        /// The answer.
+        /// Answered once every earlier item on the stream ran: its latched
+        /// error (clearing the latch), else the device's poison, else `Ok`.
         reply: Reply<()>,
     },
     /// The memory manager's counters.
     MemoryStats {
-        /// The answer.
+        /// Answered at once, in every context state.
         reply: Reply<MemoryStats>,
     },
     /// Every page and slice.
     MemorySnapshot {
-        /// The answer.
+        /// Answered at once, in every context state.
         reply: Reply<MemorySnapshot>,
     },
-    /// Release every empty page; answers the bytes released.
+    /// Release every empty page.
     Reclaim {
-        /// The answer.
+        /// The bytes released; refused unless the context admits work.
         reply: Reply<u64>,
     },
     /// Move live slices off sparse pages (the server copies, then commits).
     Compact {
-        /// The answer.
+        /// What moved; refused unless the context admits work. A failed copy
+        /// aborts the plan: every slice stays where it was.
         reply: Reply<CompactionReport>,
     },
     /// What the server has done.
     ServerStats {
-        /// The answer.
+        /// Answered at once; the device's counters are read then, so
+        /// kernels still queued are not counted yet.
         reply: Reply<ServerStats>,
     },
     /// Recover a poisoned context: acts only if it is poisoned in
-    /// `seen_generation`, and answers the state it ends in (`Active` with
-    /// the next generation, or `ContextUnrecoverable`); otherwise answers
-    /// the state now. Callers during a recovery get its outcome.
+    /// `seen_generation`; otherwise changes nothing.
     Invalidate {
-        /// The generation the caller saw poisoned.
+        /// The generation the caller saw poisoned: callers recovering from
+        /// one fault recover once, and a late one changes nothing.
         seen_generation: u64,
-        /// The answer.
+        /// The state the recovery ends in (`Active` with the next
+        /// generation, or `ContextUnrecoverable`), answered when it ends;
+        /// callers during a recovery get its outcome; otherwise the state now.
         reply: Reply<ContextState>,
     },
-    /// The context's state (answered in every state).
+    /// The context's state.
     ContextState {
-        /// The answer.
+        /// Answered at once, in every state.
         reply: Reply<ContextState>,
     },
     /// Stop the server; later calls answer `ServerGone`.
@@ -297,54 +319,58 @@ pub enum Command {
     BeginCapture {
         /// The recording stream (its reservations use `Forbidden`).
         stream: StreamId,
-        /// The capture's id.
+        /// The capture's id; `CaptureInProgress` while another capture runs.
         reply: Reply<CaptureId>,
     },
     /// Reserve `size` bytes on the recording stream under `Forbidden`; the
     /// graph owns the allocation (its free waits for the graph's release).
     CaptureReserve {
-        /// The capture.
+        /// The capture in progress; one that ended is refused
+        /// (`StaleGeneration` if a fault and a recovery ended it).
         capture: CaptureId,
-        /// Bytes.
+        /// At least one; one that needs a new page is `PageUpdateForbidden`.
         size: u64,
-        /// The answer.
+        /// The allocation, answered at once.
         reply: Reply<Reservation>,
     },
     /// Record kernel calls: all are checked before any is recorded; nothing runs.
     CaptureLaunch {
-        /// The capture.
+        /// The capture in progress, as for `CaptureReserve`.
         capture: CaptureId,
-        /// The kernel calls, in order.
+        /// The kernel calls, in the order a replay runs them.
         launches: Vec<KernelLaunch>,
-        /// The answer, once recorded.
+        /// Answered once recorded; a refused call records none of them.
         reply: Reply<()>,
     },
     /// `Capturing → Active`: the recorded launches become a graph.
     EndCapture {
-        /// The capture.
+        /// The capture in progress, as for `CaptureReserve`.
         capture: CaptureId,
-        /// The graph.
+        /// The graph; if a fault ended the capture, its error (the
+        /// recording is discarded and what it held released).
         reply: Reply<GraphInfo>,
     },
     /// `Capturing → Active`, discarding what was recorded (a dropped
     /// capture guard); no answer.
     AbortCapture {
-        /// The capture.
+        /// One that already ended is ignored.
         capture: CaptureId,
     },
     /// Run a graph's launches in order on `stream`, as one batch; no answer.
     Replay {
-        /// The stream.
+        /// Any stream, not only the recording one; a failure is latched
+        /// here too, for the stream's next `Sync`.
         stream: StreamId,
-        /// The graph.
+        /// Of this server and the current generation, not released; else
+        /// refused before anything runs.
         graph: GraphRef,
-        /// Settled when all ran or one failed.
+        /// Settled once all ran or with the first failure.
         token: Option<FailureToken>,
     },
     /// The last handle to a graph was dropped: its allocations are released
     /// to their owners (deferred frees happen now); no answer.
     ReleaseGraph {
-        /// The graph.
+        /// One of another server or an older generation is ignored.
         graph: GraphRef,
     },
 }

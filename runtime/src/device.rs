@@ -39,7 +39,7 @@ impl std::fmt::Display for Device {
 /// What is known about a device present on this machine.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceInfo {
-    /// The device.
+    /// What to pass to `open` to get a server for it.
     pub device: Device,
     /// A readable name (`"host CPU"`, an adapter name).
     pub name: String,

@@ -25,13 +25,13 @@ pub enum ServerError {
     KernelLaunchFailed {
         /// The kernel's name.
         kernel: String,
-        /// Why.
+        /// The backend's reason, for a report; branch on the variant, not on it.
         message: String,
     },
     /// A host/device transfer failed without poisoning the device: retry it.
     #[error("transfer failed: {message}")]
     TransferFailed {
-        /// Why.
+        /// The backend's reason, for a report; branch on the variant, not on it.
         message: String,
     },
     /// An argument is invalid: fix the call; never retry.

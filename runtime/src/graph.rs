@@ -29,7 +29,7 @@ pub struct GraphRef {
 /// A graph, as `EndCapture` answers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GraphInfo {
-    /// The graph.
+    /// The handle `Replay` and `ReleaseGraph` name it by.
     pub graph: GraphRef,
     /// Kernel launches it runs per replay.
     pub launches: u64,

@@ -6,7 +6,9 @@
 //! push onto a vector under a lock, and the server swaps the vector for its
 //! empty spare in one step, so a server that is behind takes everything
 //! queued for one lock, and reads it in order from memory the hardware
-//! prefetches (`docs/benchmarks.md`, issue 4).
+//! prefetches. Against a crossbeam channel, launches submitted per second
+//! rose 50–60 % and the round trip's p99 fell from 550–720 to 350–370 ns
+//! (`bench roundtrip`, `docs/benchmarks.md`, "roundtrip").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -126,7 +128,7 @@ impl<T> Drop for InboxSender<T> {
 
 impl<T> InboxReceiver<T> {
     /// Moves everything queued into `batch` (which should be empty; it
-    /// becomes the sender's next queue, trimmed to [`KEPT_CAPACITY`] so a
+    /// becomes the sender's next queue, trimmed to `KEPT_CAPACITY` so a
     /// burst does not pin its memory). Returns how many.
     pub fn take(&self, batch: &mut Vec<T>) -> usize {
         debug_assert!(batch.is_empty(), "a batch is taken into an empty vector");

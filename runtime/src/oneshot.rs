@@ -7,7 +7,8 @@
 //! small allocation from the thread's cache. With a crossbeam `bounded(1)`
 //! per call the server thread was seen sleeping on that lock and a sync
 //! round trip took 0.7–0.8 µs (p99 2–15 µs); with this slot 0.24–0.29 µs
-//! (p99 0.6–0.9 µs) (`docs/benchmarks.md`, issue 4).
+//! (p99 0.6–0.9 µs). `bench roundtrip` measures it (`docs/benchmarks.md`,
+//! "roundtrip").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

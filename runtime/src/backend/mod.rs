@@ -91,44 +91,51 @@ pub trait Backend: Send + 'static {
     }
 }
 
-/// A kernel call whose bindings are resolved to memory locations.
+/// A kernel call the server checked against its kernel's contract, its
+/// bindings resolved to memory locations.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolvedLaunch {
-    /// The kernel.
+    /// The kernel, with its arguments.
     pub kernel: Kernel,
-    /// Each binding's bytes, in signature order.
+    /// Each binding's bytes, in signature order; in bounds, aligned to the
+    /// kernel's elements, and no written one overlaps another.
     pub bindings: Vec<SliceLocation>,
 }
 
-/// The shape of a strided copy, strides in elements.
+/// The shape of a strided copy, as [`StridedCopy`](crate::command::StridedCopy)
+/// gave it, without its buffers: the server resolved each view to the slice
+/// it spans, so element zero is at its slice's first byte.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StrideLayout {
     /// Elements per dimension.
     pub shape: Vec<u64>,
-    /// Source stride per dimension.
+    /// Source stride per dimension, in elements.
     pub source_strides: Vec<u64>,
-    /// Target stride per dimension.
+    /// Target stride per dimension, in elements.
     pub target_strides: Vec<u64>,
     /// Bytes per element.
     pub element_size: u64,
 }
 
-/// Progress of one stream: all its work up to `sequence` has run.
+/// Progress of one stream: all its work up to `sequence` has run. The
+/// server then reuses freed memory the stream used up to there and, on a
+/// fault, poisons the context.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completion {
-    /// The stream.
+    /// The stream that ran the work.
     pub stream: StreamId,
     /// Highest sequence run; everything before it on the stream ran too.
     pub sequence: u64,
-    /// The sticky fault met while running it, if any.
+    /// The sticky fault met while running it, if any; sent before the
+    /// device is marked faulted.
     pub fault: Option<DevicePoison>,
 }
 
-/// What a device has run since it started.
+/// What a device has run since it started, as `ServerStats` reports it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
-    /// Kernels that ran to completion.
+    /// Kernels that ran to completion, `Empty` runs included.
     pub kernels_run: u64,
-    /// Runs of the `Empty` kernel.
+    /// Runs of the `Empty` kernel (benchmarks check their launches ran).
     pub empty_kernel_runs: u64,
 }

@@ -4,9 +4,10 @@
 //! The server fills a list per launch and the executor empties it. Allocated
 //! on one thread and freed on the other, the lists emptied glibc's
 //! per-thread cache on the server and overflowed it on the executor, so
-//! both fell through to the arena under its lock on most launches
-//! (`docs/benchmarks.md`, issue 4). The executor now sends emptied lists
-//! back once per batch.
+//! both fell through to the arena under its lock on most launches. The
+//! executor now sends emptied lists back once per batch: a launch of `Fill`
+//! on 16 floats went from 230–269 to 203–226 ns. `submit_bound` in `bench
+//! roundtrip` measures the bound case (`docs/benchmarks.md`, "roundtrip").
 
 use super::memory::HostSlice;
 use crate::sync::{Receiver, Sender, unbounded};
