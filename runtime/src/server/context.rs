@@ -29,7 +29,7 @@ pub enum ContextState {
     Poisoned {
         /// The generation the fault happened in.
         generation: u64,
-        /// The fault.
+        /// What faulted, where and with what status; every refusal carries it.
         poison: DevicePoison,
     },
     /// `invalidate` is draining the streams and probing the device; work is
@@ -51,7 +51,7 @@ pub enum ContextState {
     Capturing {
         /// The context generation; the graph will belong to it.
         generation: u64,
-        /// The recording stream.
+        /// The only stream whose work the capture records.
         stream: StreamId,
     },
 }

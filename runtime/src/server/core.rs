@@ -26,7 +26,7 @@ use cistern_memory::IdMap;
 pub enum Flow {
     /// Take the next command.
     Continue,
-    /// Shut down.
+    /// The command was a shutdown: end the serve loop.
     Stop,
 }
 

@@ -1,5 +1,5 @@
 //! The CPU backend: host memory, one executor thread per stream running
-//! the shared stream protocol over [`CpuStream`](device::CpuStream).
+//! the shared stream protocol over its `CpuStream` device part.
 
 mod binding_lists;
 mod device;

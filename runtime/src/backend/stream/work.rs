@@ -38,23 +38,23 @@ pub trait Resolution {
 pub enum Work<R: Resolution> {
     /// Write `data` to `target` (`data.len()` is the target's size).
     Write {
-        /// Written.
+        /// The memory written; no other stream's work on it is in flight.
         target: R::Slice,
-        /// The bytes.
+        /// Exactly as many bytes as `target` spans.
         data: Vec<u8>,
     },
     /// Read `source` and answer with its bytes.
     Read {
-        /// Read.
+        /// The memory read; no other stream writes it meanwhile.
         source: R::Slice,
         /// Answered with the bytes or the stream's error.
         reply: Reply<Vec<u8>>,
     },
     /// Copy `source` to `target` (same size, not overlapping).
     Copy {
-        /// Read from.
+        /// Read; as long as `target`.
         source: R::Slice,
-        /// Written.
+        /// Written; does not overlap `source`.
         target: R::Slice,
     },
     /// A strided copy; `layout` addresses elements from each slice's start.
@@ -68,7 +68,7 @@ pub enum Work<R: Resolution> {
     },
     /// Run one kernel.
     Launch {
-        /// The call.
+        /// The kernel with its bindings, checked by the server.
         launch: R::Launch,
         /// Settled with the outcome.
         token: Option<PendingToken>,
@@ -82,12 +82,12 @@ pub enum Work<R: Resolution> {
     },
     /// Fire an event (new: never recorded before) when the stream reaches this point.
     RecordEvent {
-        /// The event.
+        /// Fired once the stream reaches it (or when dropped unrun).
         event: R::Record,
     },
     /// Hold the stream until an event has fired.
     WaitEvent {
-        /// The event.
+        /// Recorded earlier on some stream; the wait ends when it fires.
         event: R::Wait,
     },
     /// Hold the stream until `stream` has completed everything up to
