@@ -115,6 +115,7 @@ impl<B: Backend> ServerCore<B> {
         graph: GraphRef,
         token: Option<FailureToken>,
     ) {
+        self.stats.replays += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
         let found = self
             .gate(stream)

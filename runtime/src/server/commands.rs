@@ -4,12 +4,13 @@
 
 use cistern_memory::{AllocationPolicy, BackTrace, IoError, SliceLocation, StreamId};
 
-use super::core::{ServerCore, trace_refusal};
+use super::core::{ServerCore, answer, trace_refusal};
 use super::ordering::Use;
 use super::validate::{check_launch, check_strided, regions_overlap};
 use crate::backend::{Backend, ResolvedLaunch, StreamWork, StrideLayout};
 use crate::command::{BufferRef, CompactionReport, EventId, Region, Reservation, StridedCopy};
 use crate::failure::PendingToken;
+use crate::sync::Reply;
 use crate::{Access, DEFAULT_STREAM, FailureToken, KernelLaunch, ServerError};
 
 impl<B: Backend> ServerCore<B> {
@@ -190,6 +191,7 @@ impl<B: Backend> ServerCore<B> {
         launches: &[KernelLaunch],
         token: Option<FailureToken>,
     ) {
+        self.stats.batches += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
         let mut uses = Vec::new();
         let resolved = self.gate(stream).and_then(|()| {
@@ -250,7 +252,7 @@ impl<B: Backend> ServerCore<B> {
         }
         // A context that refuses work answers every sync itself, and a
         // latched transient refusal would outlive the state that caused it.
-        if self.context.state().is_active() && self.streams.contains_key(&stream) {
+        if self.context.state().is_active() && self.streams.contains(stream) {
             let error = Box::new(error);
             let _ = self.submit(stream, StreamWork::Fail { error }, &[]);
         }
@@ -258,11 +260,8 @@ impl<B: Backend> ServerCore<B> {
 
     pub(super) fn create_stream(&mut self) -> Result<StreamId, ServerError> {
         self.context.admit()?;
-        let stream = StreamId(self.next_stream);
-        self.backend.create_stream(stream)?;
-        self.next_stream += 1;
-        self.streams.insert(stream, 0);
-        Ok(stream)
+        self.backend.create_stream(self.streams.next_id())?;
+        Ok(self.streams.add())
     }
 
     pub(super) fn destroy_stream(&mut self, stream: StreamId) -> Result<(), ServerError> {
@@ -273,16 +272,75 @@ impl<B: Backend> ServerCore<B> {
         }
         self.check_stream(stream)?;
         self.backend.destroy_stream(stream);
-        self.streams.remove(&stream);
+        self.streams.remove(stream);
         Ok(())
     }
 
     pub(super) fn record_event(&mut self, stream: StreamId) -> Result<EventId, ServerError> {
         self.gate(stream)?;
-        let event = EventId(self.next_event);
-        self.next_event += 1;
+        let event = self.streams.next_event();
         self.submit(stream, StreamWork::RecordEvent { event }, &[])?;
         Ok(event)
+    }
+
+    pub(super) fn wait_event(
+        &mut self,
+        stream: StreamId,
+        event: EventId,
+    ) -> Result<(), ServerError> {
+        self.gate(stream)?;
+        self.submit(stream, StreamWork::WaitEvent { event }, &[])
+    }
+
+    /// Reads `source` on `stream`: the executor answers with the bytes.
+    pub(super) fn read(&mut self, stream: StreamId, source: Region, reply: Reply<Vec<u8>>) {
+        let located = self
+            .locate_for(stream, &source)
+            .and_then(|location| self.inject_transfer_fault().map(|()| location));
+        match located {
+            Ok(location) => {
+                let work = StreamWork::Read {
+                    source: location,
+                    reply,
+                };
+                let _ = self.submit(stream, work, &[(source.buffer.id, Access::Read)]);
+            }
+            Err(error) => answer(reply, Err(error)),
+        }
+    }
+
+    /// A sync of `stream`: answered here when the stream is idle, else by
+    /// its executor once everything before the marker ran.
+    pub(super) fn sync(&mut self, stream: StreamId, reply: Reply<()>) {
+        self.stats.syncs += 1;
+        match self.gate(stream) {
+            Ok(()) if self.backend.stream_idle(stream) => {
+                // Nothing in flight, nothing latched: answer here, after
+                // taking the completions the stream already sent (a fault
+                // among them refuses at the gate).
+                self.drain_completions();
+                answer(reply, self.gate(stream));
+            }
+            Ok(()) => {
+                let _ = self.submit(stream, StreamWork::Sync { reply }, &[]);
+            }
+            Err(error) => answer(reply, Err(error)),
+        }
+    }
+
+    /// A handle's last clone was dropped: free now, or once the graphs
+    /// holding the allocation let go.
+    pub(super) fn free_command(&mut self, buffer: BufferRef) {
+        self.stats.frees += 1;
+        if !self.defer_free(buffer) {
+            self.free(buffer);
+        }
+    }
+
+    /// Releases what the manager can without waiting.
+    pub(super) fn reclaim(&mut self) -> Result<u64, ServerError> {
+        self.context.admit()?;
+        Ok(self.memory.reclaim())
     }
 
     pub(super) fn compact(&mut self) -> Result<CompactionReport, ServerError> {

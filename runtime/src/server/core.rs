@@ -12,14 +12,13 @@ use cistern_memory::{AllocationId, MemoryConfig, MemoryManager, SliceLocation, S
 use super::context::{Context, ContextState};
 use super::graphs::Graphs;
 use super::invalidate::Recovery;
-use super::ordering::{self, Use};
+use super::streams::Streams;
 use super::validate::check_region;
-use crate::backend::{Backend, Completion, Refused, StreamWork};
+use crate::backend::{Backend, Completion};
 use crate::command::{BufferRef, Command, Region, ServerId, ServerStats};
 use crate::fault::FaultInjector;
 use crate::sync::{Receiver, Reply};
-use crate::{Access, DEFAULT_STREAM, FaultPlan, ServerError};
-use cistern_memory::IdMap;
+use crate::{DEFAULT_STREAM, FaultPlan, ServerError};
 
 /// Whether the server keeps serving after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,32 +29,48 @@ pub enum Flow {
     Stop,
 }
 
-/// One device's server state: backend, memory manager, streams, context.
+/// One device's server state, in owned parts: the device (backend, memory
+/// manager, completions), the context's health, the streams and their
+/// sequences, recovery, graphs and captures, fault injection, and counters.
+/// Each part keeps its own invariants; the commands of `commands.rs`,
+/// `capture.rs` and `invalidate.rs` combine them.
 pub struct ServerCore<B: Backend> {
     pub(super) id: ServerId,
     pub(super) ordinal: usize,
     pub(super) backend: B,
     pub(super) memory: MemoryManager<B::Storage>,
-    pub(super) completions: Receiver<Completion>,
+    completions: Receiver<Completion>,
     pub(super) context: Context,
-    /// Each stream's last sequence number handed out.
-    pub(super) streams: IdMap<StreamId, u64>,
-    pub(super) next_stream: u64,
-    pub(super) next_event: u64,
+    pub(super) streams: Streams,
     pub(super) stats: ServerStats,
     /// The fault plan being carried out; `None` (the hot path) when none.
     pub(super) faults: Option<Box<FaultInjector>>,
     /// The invalidate in progress, if any, and its time bound.
     pub(super) recovery: Recovery,
-    /// Commands handled since the backend was last flushed.
-    pub(super) unflushed: u32,
-    /// The captured graphs and the capture in progress.
     pub(super) graphs: Graphs,
+    flushing: FlushCadence,
 }
 
-/// The core flushes the backend at least this often, so work waited on
-/// through a token is not held back while other clients keep the server busy.
+/// Commands handled since the backend was last flushed: the core flushes
+/// at least every [`FLUSH_EVERY`] commands, so work waited on through a
+/// token is not held back while other clients keep the server busy.
+#[derive(Debug, Default)]
+struct FlushCadence(u32);
+
+/// See [`FlushCadence`].
 const FLUSH_EVERY: u32 = 64;
+
+impl FlushCadence {
+    /// Counts one command; true when a flush is due.
+    fn tick(&mut self) -> bool {
+        self.0 += 1;
+        self.0 >= FLUSH_EVERY
+    }
+
+    fn reset(&mut self) {
+        self.0 = 0;
+    }
+}
 
 impl<B: Backend> ServerCore<B> {
     /// A server over `backend`, its `storage` managed under `config`, fed
@@ -78,14 +93,12 @@ impl<B: Backend> ServerCore<B> {
             memory,
             completions,
             context: Context::new(ordinal),
-            streams: IdMap::from_iter([(DEFAULT_STREAM, 0)]),
-            next_stream: DEFAULT_STREAM.0 + 1,
-            next_event: 0,
+            streams: Streams::new(),
             stats: ServerStats::default(),
             faults: FaultInjector::new(faults),
             recovery: Recovery::default(),
-            unflushed: 0,
             graphs: Graphs::default(),
+            flushing: FlushCadence::default(),
         })
     }
 
@@ -142,7 +155,7 @@ impl<B: Backend> ServerCore<B> {
     /// Sends work the backend gathered to the device; call before waiting
     /// for the next command.
     pub fn flush(&mut self) {
-        self.unflushed = 0;
+        self.flushing.reset();
         self.backend.flush();
     }
 
@@ -154,8 +167,7 @@ impl<B: Backend> ServerCore<B> {
             self.poll_recovery();
         }
         self.stats.commands += 1;
-        self.unflushed += 1;
-        if self.unflushed >= FLUSH_EVERY {
+        if self.flushing.tick() {
             self.flush();
         }
         if let Some(faults) = &self.faults {
@@ -171,195 +183,99 @@ impl<B: Backend> ServerCore<B> {
             stream = command.stream().map(|stream| stream.0),
         )
         .entered();
-        match command {
-            Command::Launch {
-                stream,
-                launch,
-                token,
-            } => {
-                self.launch(stream, launch, token);
-                Flow::Continue
-            }
-            other => self.dispatch(other),
-        }
+        self.dispatch(command)
     }
 
-    /// Every command but the hot `Launch`, kept out of line so the launch
-    /// path's frame stays small.
-    #[inline(never)]
+    /// One call per command; the rare ones are kept out of line (in their
+    /// own files), so the launch path's frame stays small.
     fn dispatch(&mut self, command: Command) -> Flow {
         match command {
-            Command::Reserve {
-                size,
-                policy,
-                stream,
-                reply,
-            } => {
-                let result = self.reserve(size, policy, stream);
-                answer(reply, result);
-            }
-            Command::Free { buffer } => {
-                self.stats.frees += 1;
-                if !self.defer_free(buffer) {
-                    self.free(buffer);
-                }
-            }
-            Command::Write {
-                stream,
-                target,
-                data,
-                reply,
-            } => {
-                let result = self.write(stream, target, data);
-                answer(reply, result);
-            }
-            Command::Read {
-                stream,
-                source,
-                reply,
-            } => match self
-                .locate_for(stream, &source)
-                .and_then(|location| self.inject_transfer_fault().map(|()| location))
-            {
-                Ok(location) => {
-                    let work = StreamWork::Read {
-                        source: location,
-                        reply,
-                    };
-                    let _ = self.submit(stream, work, &[(source.buffer.id, Access::Read)]);
-                }
-                Err(error) => answer(reply, Err(error)),
-            },
-            Command::Copy {
-                stream,
-                source,
-                target,
-                reply,
-            } => {
-                let result = self.copy(stream, *source, *target);
-                answer(reply, result);
-            }
-            Command::StridedCopy {
-                stream,
-                copy,
-                reply,
-            } => {
-                let result = self.strided_copy(stream, copy);
-                answer(reply, result);
-            }
             Command::Launch {
                 stream,
                 launch,
                 token,
             } => self.launch(stream, launch, token),
+            Command::Reserve {
+                size,
+                policy,
+                stream,
+                reply,
+            } => answer(reply, self.reserve(size, policy, stream)),
+            Command::Free { buffer } => self.free_command(buffer),
+            Command::Write {
+                stream,
+                target,
+                data,
+                reply,
+            } => answer(reply, self.write(stream, target, data)),
+            Command::Read {
+                stream,
+                source,
+                reply,
+            } => self.read(stream, source, reply),
+            Command::Copy {
+                stream,
+                source,
+                target,
+                reply,
+            } => answer(reply, self.copy(stream, *source, *target)),
+            Command::StridedCopy {
+                stream,
+                copy,
+                reply,
+            } => answer(reply, self.strided_copy(stream, copy)),
             Command::LaunchBatch {
                 stream,
                 launches,
                 token,
-            } => {
-                self.stats.batches += 1;
-                self.launch_batch(stream, &launches, token);
-            }
+            } => self.launch_batch(stream, &launches, token),
             Command::OptimizerStep {
                 stream,
                 step,
                 token,
             } => self.launch(stream, (*step).into_launch(), token),
-            Command::CreateStream { reply } => {
-                let result = self.create_stream();
-                answer(reply, result);
-            }
+            Command::CreateStream { reply } => answer(reply, self.create_stream()),
             Command::DestroyStream { stream, reply } => {
-                let result = self.destroy_stream(stream);
-                answer(reply, result);
+                answer(reply, self.destroy_stream(stream));
             }
-            Command::RecordEvent { stream, reply } => {
-                let result = self.record_event(stream);
-                answer(reply, result);
-            }
+            Command::RecordEvent { stream, reply } => answer(reply, self.record_event(stream)),
             Command::WaitEvent {
                 stream,
                 event,
                 reply,
-            } => {
-                let result = self
-                    .gate(stream)
-                    .and_then(|()| self.submit(stream, StreamWork::WaitEvent { event }, &[]));
-                answer(reply, result);
-            }
+            } => answer(reply, self.wait_event(stream, event)),
             Command::ReleaseEvent { event } => self.backend.release_event(event),
-            Command::Sync { stream, reply } => {
-                self.stats.syncs += 1;
-                match self.gate(stream) {
-                    Ok(()) if self.backend.stream_idle(stream) => {
-                        // Nothing in flight, nothing latched: answer here,
-                        // after taking the completions the stream already
-                        // sent (a fault among them refuses at the gate).
-                        self.drain_completions();
-                        answer(reply, self.gate(stream));
-                    }
-                    Ok(()) => {
-                        let _ = self.submit(stream, StreamWork::Sync { reply }, &[]);
-                    }
-                    Err(error) => answer(reply, Err(error)),
-                }
-            }
+            Command::Sync { stream, reply } => self.sync(stream, reply),
             Command::MemoryStats { reply } => answer(reply, Ok(self.memory.stats())),
             Command::MemorySnapshot { reply } => answer(reply, Ok(self.memory.snapshot())),
-            Command::Reclaim { reply } => {
-                let result = self.context.admit().map(|()| self.memory.reclaim());
-                answer(reply, result);
-            }
-            Command::Compact { reply } => {
-                let result = self.compact();
-                answer(reply, result);
-            }
+            Command::Reclaim { reply } => answer(reply, self.reclaim()),
+            Command::Compact { reply } => answer(reply, self.compact()),
             Command::ServerStats { reply } => answer(reply, Ok(self.stats())),
             Command::Invalidate {
                 seen_generation,
                 reply,
             } => self.invalidate(seen_generation, reply),
             Command::ContextState { reply } => answer(reply, Ok(self.context.state().clone())),
-            Command::BeginCapture { stream, reply } => {
-                let result = self.begin_capture(stream);
-                answer(reply, result);
-            }
+            Command::BeginCapture { stream, reply } => answer(reply, self.begin_capture(stream)),
             Command::CaptureReserve {
                 capture,
                 size,
                 reply,
-            } => {
-                let result = self.capture_reserve(capture, size);
-                answer(reply, result);
-            }
+            } => answer(reply, self.capture_reserve(capture, size)),
             Command::CaptureLaunch {
                 capture,
                 launches,
                 reply,
-            } => {
-                let result = self.capture_launch(capture, &launches);
-                answer(reply, result);
-            }
-            Command::EndCapture { capture, reply } => {
-                let result = self.end_capture(capture);
-                answer(reply, result);
-            }
+            } => answer(reply, self.capture_launch(capture, &launches)),
+            Command::EndCapture { capture, reply } => answer(reply, self.end_capture(capture)),
             Command::AbortCapture { capture } => self.abort_capture(capture),
             Command::Replay {
                 stream,
                 graph,
                 token,
-            } => {
-                self.stats.replays += 1;
-                self.replay(stream, graph, token);
-            }
+            } => self.replay(stream, graph, token),
             Command::ReleaseGraph { graph } => self.release_graph(graph),
-            Command::Shutdown { reply } => {
-                if let Some(reply) = reply {
-                    answer(reply, Ok(()));
-                }
-                return Flow::Stop;
-            }
+            Command::Shutdown { reply } => return shutdown(reply),
         }
         Flow::Continue
     }
@@ -371,7 +287,7 @@ impl<B: Backend> ServerCore<B> {
     }
 
     pub(super) fn check_stream(&self, stream: StreamId) -> Result<(), ServerError> {
-        if self.streams.contains_key(&stream) {
+        if self.streams.contains(stream) {
             Ok(())
         } else {
             Err(ServerError::InvalidArgument {
@@ -443,89 +359,15 @@ impl<B: Backend> ServerCore<B> {
             size,
         })
     }
+}
 
-    /// Queues `work` as the stream's next item and records its uses of memory.
-    pub(super) fn submit(
-        &mut self,
-        stream: StreamId,
-        work: StreamWork,
-        uses: &[Use],
-    ) -> Result<(), ServerError> {
-        self.submit_using(stream, work, uses.iter().copied())
+/// Answers a shutdown: the serve loop ends after it.
+#[inline(never)]
+fn shutdown(reply: Option<Reply<()>>) -> Flow {
+    if let Some(reply) = reply {
+        answer(reply, Ok(()));
     }
-
-    /// [`submit`](Self::submit), the uses given as an iterator. Work that
-    /// conflicts with another stream's work still in flight (see
-    /// [`ordering`](super::ordering)) is queued behind a wait for it.
-    pub(super) fn submit_using(
-        &mut self,
-        stream: StreamId,
-        work: StreamWork,
-        uses: impl Iterator<Item = Use> + Clone,
-    ) -> Result<(), ServerError> {
-        if !self.streams.contains_key(&stream) {
-            let error = ServerError::InvalidArgument {
-                message: format!("unknown stream {}", stream.0),
-            };
-            work.refuse(error.clone());
-            return Err(error);
-        }
-        if self.streams.len() > 1 {
-            let waits = ordering::waits(&self.memory, stream, uses.clone());
-            for (other, sequence) in waits {
-                self.stats.ordering_waits += 1;
-                let wait = StreamWork::WaitStream {
-                    stream: other,
-                    sequence,
-                };
-                if let Err(error) = self.queue(stream, wait) {
-                    // Unordered, the work could race the other stream: refuse it.
-                    work.refuse(error.clone());
-                    return Err(error);
-                }
-            }
-        }
-        match self.queue(stream, work) {
-            Ok(sequence) => {
-                for (id, access) in uses {
-                    // Checked to exist by the caller in this same command.
-                    let recorded = match access {
-                        Access::Read => self.memory.record_use(id, stream, sequence),
-                        Access::Write => self.memory.record_write(id, stream, sequence),
-                    };
-                    debug_assert!(recorded.is_ok(), "a checked allocation records its use");
-                }
-                Ok(())
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    /// Hands `work` to the backend as `stream`'s next item (a known
-    /// stream); answers its sequence, or refuses it.
-    fn queue(&mut self, stream: StreamId, work: StreamWork) -> Result<u64, ServerError> {
-        let Some(last) = self.streams.get_mut(&stream) else {
-            let error = ServerError::InvalidArgument {
-                message: format!("unknown stream {}", stream.0),
-            };
-            work.refuse(error.clone());
-            return Err(error);
-        };
-        *last += 1;
-        let sequence = *last;
-        match self
-            .backend
-            .submit(self.memory.storage(), stream, sequence, work)
-        {
-            Ok(()) => Ok(sequence),
-            Err(refused) => {
-                let Refused { error, work } = *refused;
-                trace_refusal("submit", &error);
-                work.refuse(error.clone());
-                Err(error)
-            }
-        }
-    }
+    Flow::Stop
 }
 
 /// Sends an answer; a caller that stopped waiting is not an error.

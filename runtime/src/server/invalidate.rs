@@ -146,8 +146,7 @@ impl<B: Backend> ServerCore<B> {
             debug_assert!(false, "only a poisoned context begins recovery");
             return;
         }
-        let mut streams: Vec<StreamId> = self.streams.keys().copied().collect();
-        streams.sort_unstable();
+        let streams = self.streams.ids();
         let mut pending = Vec::with_capacity(streams.len());
         let mut refused = None;
         for stream in streams {

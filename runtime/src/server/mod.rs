@@ -10,6 +10,8 @@ mod inject;
 mod invalidate;
 mod ordering;
 mod probe;
+mod streams;
+mod submit;
 mod thread;
 mod validate;
 

@@ -414,7 +414,10 @@ fn an_upload_used_at_once_on_another_stream_is_queued_behind_a_wait_for_it() {
     assert_eq!(harness.write(buffer, vec![1; 64]), Ok(()));
     harness.launch(other, KernelLaunch::scale(whole(buffer, 64), 2.0), None);
     let queued = harness.take_queued();
-    assert!(matches!(queued[0], (DEFAULT_STREAM, 1, StreamWork::Write { .. })));
+    assert!(matches!(
+        queued[0],
+        (DEFAULT_STREAM, 1, StreamWork::Write { .. })
+    ));
     assert!(
         matches!(
             queued[1],
