@@ -80,6 +80,7 @@ conformance_tests! {
     faults::the_nth_reservation_fails_out_of_memory_and_does_not_poison,
     faults::the_nth_transfer_fails_and_does_not_poison,
     faults::a_seeded_trap_rate_traps_the_same_launches_every_run,
+    recovery::the_published_device_state_follows_poison_and_recovery,
     recovery::a_poisoned_device_recovers_and_only_fresh_handles_work,
     recovery::concurrent_invalidates_advance_the_generation_exactly_once,
     recovery::a_late_invalidate_after_recovery_changes_nothing,

@@ -38,7 +38,8 @@ pub use kernel::{Access, Binding, Contract, Kernel, KernelLaunch, ShapeRule};
 pub use optimizer::{OptimizerArgs, OptimizerStep, SegmentTable, optimizer_error};
 pub use server::DEFAULT_DRAIN_TIMEOUT;
 pub use server::{
-    ContextState, Flow, ServerCore, ServerEnd, ServerHandle, next_server_id, open, spawn,
+    ContextState, DeviceState, Flow, Health, PublishedState, ServerCore, ServerEnd, ServerHandle,
+    next_server_id, open, spawn,
 };
 
 /// The stream every server starts with; it cannot be destroyed.

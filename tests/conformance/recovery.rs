@@ -7,8 +7,8 @@ use std::thread;
 
 use cistern::client::ComputeClient;
 use cistern::runtime::{
-    Binding, ContextState, Device, DeviceOptions, ErrorCode, FaultPlan, KernelLaunch, ProbeFault,
-    ServerError,
+    Binding, ContextState, Device, DeviceOptions, ErrorCode, FaultPlan, Health, KernelLaunch,
+    ProbeFault, ServerError,
 };
 
 use super::common::{ok, open, open_with};
@@ -210,4 +210,33 @@ pub fn a_mismatching_probe_leaves_the_device_unrecoverable(device: Device) {
     let seen = poison(&client);
     let error = probe_error(client.invalidate(seen));
     assert!(error.contains("wrong"), "{error}");
+}
+
+pub fn the_published_device_state_follows_poison_and_recovery(device: Device) {
+    let client = open(device);
+    let fresh = client.device_state();
+    assert_eq!((fresh.generation, fresh.health), (0, Health::Active));
+    let buffer = ok(client.upload_f32(&[1.0; 4]), "upload");
+    assert_eq!(buffer.generation(), 0);
+    let seen = poison(&client);
+    // Any answered command means the server has taken in the fault.
+    assert!(ok(client.context_state(), "context_state").is_poisoned());
+    let poisoned = client.device_state();
+    assert_eq!(
+        (poisoned.generation, poisoned.health),
+        (seen, Health::Poisoned)
+    );
+    ok(client.invalidate(seen), "invalidate");
+    let recovered = client.device_state();
+    assert_eq!(
+        (recovered.generation, recovered.health),
+        (seen + 1, Health::Active)
+    );
+    assert_ne!(
+        buffer.generation(),
+        recovered.generation,
+        "the old buffer is stale"
+    );
+    let again = ok(client.upload_f32(&[1.0; 4]), "upload");
+    assert_eq!(again.generation(), recovered.generation);
 }

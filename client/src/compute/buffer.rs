@@ -51,6 +51,12 @@ impl Buffer {
         self.inner.reference
     }
 
+    /// The context generation it was reserved in: once the device's
+    /// published generation differs, the buffer is stale.
+    pub fn generation(&self) -> u64 {
+        self.inner.reference.generation
+    }
+
     /// A kernel binding of all its bytes.
     pub fn whole(&self) -> Binding {
         self.range(0, self.inner.size)

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use cistern_runtime::{
     AllocationPolicy, Command, CompactionReport, DEFAULT_STREAM, Device, DeviceOptions,
-    FailureToken, KernelLaunch, MemorySnapshot, MemoryStats, ServerError, ServerHandle,
-    ServerStats, StreamId, StridedCopy,
+    DeviceState, FailureToken, KernelLaunch, MemorySnapshot, MemoryStats, ServerError,
+    ServerHandle, ServerStats, StreamId, StridedCopy,
 };
 
 use super::{Buffer, Event};
@@ -42,6 +42,14 @@ impl ComputeClient {
     /// The device this client drives.
     pub fn device(&self) -> Device {
         self.shared.server.device()
+    }
+
+    /// The device context's (generation, health) as the server last
+    /// published it, read without a round trip: check it before work whose
+    /// handles must be current (a training step), and take fresh handles
+    /// when the generation moved on.
+    pub fn device_state(&self) -> DeviceState {
+        self.shared.server.device_state()
     }
 
     /// The stream every server starts with.

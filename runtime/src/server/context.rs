@@ -12,6 +12,7 @@
 use cistern_memory::{DevicePoison, StreamId};
 use serde::{Deserialize, Serialize};
 
+use super::published::PublishedState;
 use crate::ServerError;
 
 /// The state of one device's context.
@@ -124,15 +125,24 @@ impl ContextState {
 pub(crate) struct Context {
     ordinal: usize,
     state: ContextState,
+    /// Every change is published here, for clients to read without a round trip.
+    published: PublishedState,
 }
 
 impl Context {
     /// An active context in generation 0.
     pub(crate) fn new(ordinal: usize) -> Self {
+        let state = ContextState::Active { generation: 0 };
         Context {
             ordinal,
-            state: ContextState::Active { generation: 0 },
+            published: PublishedState::new(&state),
+            state,
         }
+    }
+
+    /// The published state, for clients.
+    pub(crate) fn published(&self) -> &PublishedState {
+        &self.published
     }
 
     /// The state now.
@@ -217,6 +227,7 @@ impl Context {
 
     fn change(&mut self, new: ContextState) {
         let old = std::mem::replace(&mut self.state, new);
+        self.published.publish(&self.state);
         let new = &self.state;
         match new {
             ContextState::Active { .. }

@@ -12,6 +12,7 @@ use cistern_memory::{AllocationId, MemoryConfig, MemoryManager, SliceLocation, S
 use super::context::{Context, ContextState};
 use super::graphs::Graphs;
 use super::invalidate::Recovery;
+use super::published::PublishedState;
 use super::streams::Streams;
 use super::validate::check_region;
 use crate::backend::{Backend, Completion};
@@ -110,6 +111,11 @@ impl<B: Backend> ServerCore<B> {
     /// The context's state now.
     pub fn context(&self) -> &ContextState {
         self.context.state()
+    }
+
+    /// The context's published state, which clients read without a round trip.
+    pub fn published(&self) -> PublishedState {
+        self.context.published().clone()
     }
 
     /// The memory manager (read-only: diagnostics and tests).

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use cistern_memory::MemoryConfig;
 
 use super::core::{Flow, ServerCore};
+use super::published::{DeviceState, PublishedState};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 use crate::command::{Command, ServerId};
@@ -72,6 +73,7 @@ pub fn next_server_id() -> ServerId {
 pub fn spawn<B: Backend>(core: ServerCore<B>) -> Result<ServerHandle, ServerError> {
     let device = core.backend().device();
     let id = core.id();
+    let state = core.published();
     let (inbox, commands) = inbox();
     let end = Arc::new(ServerEnd::default());
     let thread_end = end.clone();
@@ -87,6 +89,7 @@ pub fn spawn<B: Backend>(core: ServerCore<B>) -> Result<ServerHandle, ServerErro
         device,
         inbox,
         end,
+        state,
     })
 }
 
@@ -181,6 +184,7 @@ pub struct ServerHandle {
     device: Device,
     inbox: InboxSender<Command>,
     end: Arc<ServerEnd>,
+    state: PublishedState,
 }
 
 impl ServerHandle {
@@ -192,6 +196,11 @@ impl ServerHandle {
     /// The device it owns.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// The context's (generation, health) as last published; never waits.
+    pub fn device_state(&self) -> DeviceState {
+        self.state.read()
     }
 
     /// Sends a command without waiting (yielding the CPU once first when
