@@ -53,6 +53,8 @@ pub enum BenchCommand {
     },
     /// GEMM through the server against the GEMM crate called directly.
     Gemm,
+    /// An MLP step's forward + backward on the tape against its replayed kernels.
+    Tape,
     /// A whole training step.
     TrainStep,
 }
@@ -80,6 +82,7 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
         BenchCommand::Roundtrip => crate::bench::roundtrip::run(),
         BenchCommand::Optim { optimizer, params } => crate::bench::optim::run(&optimizer, params),
         BenchCommand::Gemm => crate::bench::gemm::run(),
+        BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => not_built("bench train-step", 0),
     }
 }

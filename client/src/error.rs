@@ -15,8 +15,8 @@ use crate::shape::ShapeError;
 /// `BackendError::from(error)` converts any of them with the same
 /// [`code`](BackendError::code); `AutodiffError::Backend` and `ErrorReport`
 /// carry it. The first eighteen variants are the card's, in its order
-/// (among them the parameter store's and the tape's, which nothing returns
-/// yet); the rest keep apart failures a caller handles differently (see
+/// (among them the parameter store's, `TapeMismatch` included, which
+/// nothing returns yet); the rest keep apart failures a caller handles differently (see
 /// `docs/error-codes.md`). Serializable; new variants go last (bincode
 /// encodes variants by position).
 #[non_exhaustive]
@@ -310,15 +310,17 @@ fn from_io(error: IoError) -> BackendError {
     }
 }
 
-/// An autodiff failure (recording on a tape, running backward), in the
-/// card's vocabulary.
+/// An autodiff failure (recording on a tape, running backward, reading a
+/// gradient), in the card's vocabulary.
 ///
-/// Nothing returns it yet (the tape is not built); `ErrorReport` carries
-/// it. Serializable; new variants go last.
+/// Every [`Tape`](crate::Tape) and [`Gradients`](crate::Gradients) call
+/// returns it; `ErrorReport` carries it. Serializable; new variants go last
+/// (bincode encodes variants by position).
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
 pub enum AutodiffError {
-    /// The device or store failed; the inner error says what to do.
+    /// The device failed (or a device fault met earlier work of the tape);
+    /// the inner error says what to do.
     #[error(transparent)]
     Backend(BackendError),
     /// The `Var` was not recorded on this tape (or the tape was reset): use
@@ -331,6 +333,19 @@ pub enum AutodiffError {
     /// The operands of a recorded operation do not fit: fix the call.
     #[error("shape mismatch: {0}")]
     ShapeMismatch(ShapeError),
+    /// A `Var` (or gradients) of another tape: use values of the tape the
+    /// call is made on.
+    #[error("the var belongs to another tape")]
+    TapeMismatch,
+    /// A gradient was asked of a value recorded without tracking
+    /// (`var_no_grad`, `detach`, or computed only from such values): make it
+    /// with `Tape::var` to get its gradient.
+    #[error("gradient tracking is disabled for this var")]
+    GradientTrackingDisabled,
+    /// An argument is invalid (a loss that is not a scalar, an empty
+    /// tensor): fix the call; never retry.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
 }
 
 impl AutodiffError {
@@ -339,7 +354,10 @@ impl AutodiffError {
         match self {
             AutodiffError::Backend(backend) => backend.code(),
             AutodiffError::UnknownVar { .. } => ErrorCode::HandleNotFound,
-            AutodiffError::ShapeMismatch(_) => ErrorCode::InvalidArgument,
+            AutodiffError::ShapeMismatch(_)
+            | AutodiffError::TapeMismatch
+            | AutodiffError::GradientTrackingDisabled
+            | AutodiffError::InvalidArgument(_) => ErrorCode::InvalidArgument,
         }
     }
 }
@@ -347,6 +365,13 @@ impl AutodiffError {
 impl From<BackendError> for AutodiffError {
     fn from(error: BackendError) -> Self {
         AutodiffError::Backend(error)
+    }
+}
+
+impl From<ServerError> for AutodiffError {
+    /// Through [`BackendError::from`], keeping the code.
+    fn from(error: ServerError) -> Self {
+        AutodiffError::Backend(BackendError::from(error))
     }
 }
 

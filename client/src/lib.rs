@@ -1,5 +1,6 @@
-//! Cistern's client side: `ComputeClient` and its handles, `BackendError`,
-//! and `ErrorReport` with its JSON and bincode codecs.
+//! Cistern's client side: `ComputeClient` and its handles, the training
+//! tape (`Tape`, `Var`, `Gradients`), `BackendError`, `AutodiffError`, and
+//! `ErrorReport` with its JSON and bincode codecs.
 //!
 //! Depends on `cistern-runtime`, `cistern-memory` and `cistern-optim`; never
 //! on the facade.
@@ -9,6 +10,7 @@ mod compute;
 mod error;
 mod report;
 mod shape;
+mod tape;
 
 pub use cistern_memory::ErrorCode;
 pub use codec::CodecError;
@@ -18,3 +20,4 @@ pub use compute::{
 pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
+pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};

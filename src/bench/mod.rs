@@ -5,3 +5,4 @@ pub mod gemm;
 pub mod optim;
 pub mod peak;
 pub mod roundtrip;
+pub mod tape;

@@ -1,6 +1,7 @@
 //! `ComputeClient`: opens a device and sends it commands.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cistern_runtime::{
     AllocationPolicy, Command, CompactionReport, DEFAULT_STREAM, Device, DeviceOptions,
@@ -14,6 +15,8 @@ use super::{Buffer, Event};
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) server: ServerHandle,
+    /// Reads and syncs sent: the calls that wait for a stream.
+    stream_waits: AtomicU64,
 }
 
 /// A device's client: cheap to clone, `Send + Sync`, every failure a
@@ -35,7 +38,10 @@ impl ComputeClient {
     pub fn open(device: Device, options: DeviceOptions) -> Result<Self, ServerError> {
         let server = cistern_runtime::open(device, options)?;
         Ok(ComputeClient {
-            shared: Arc::new(Shared { server }),
+            shared: Arc::new(Shared {
+                server,
+                stream_waits: AtomicU64::new(0),
+            }),
         })
     }
 
@@ -148,6 +154,7 @@ impl ComputeClient {
     ) -> Result<Vec<u8>, ServerError> {
         self.check_owner(buffer)?;
         let source = buffer.region(offset, size);
+        self.count_stream_wait();
         self.shared.server.call(|reply| Command::Read {
             stream,
             source,
@@ -284,6 +291,7 @@ impl ComputeClient {
     /// Waits until `stream` has run everything queued before this call;
     /// returns the stream's latched error (clearing it) or the device's fault.
     pub fn sync(&self, stream: StreamId) -> Result<(), ServerError> {
+        self.count_stream_wait();
         self.shared
             .server
             .call(|reply| Command::Sync { stream, reply })
@@ -320,6 +328,18 @@ impl ComputeClient {
             .call(|reply| Command::ServerStats { reply })
     }
 
+    /// Reads and syncs this client and its clones have sent since it opened:
+    /// the calls that wait for a stream to reach them (host
+    /// synchronisations). Counted here, on the client side; the server
+    /// counts syncs alone (`ServerStats::syncs`).
+    pub fn stream_waits(&self) -> u64 {
+        self.shared.stream_waits.load(Ordering::Relaxed)
+    }
+
+    fn count_stream_wait(&self) {
+        self.shared.stream_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Stops the server; every later call of every clone answers `ServerGone`.
     pub fn shutdown(&self) -> Result<(), ServerError> {
         self.shared.server.shutdown()
@@ -351,14 +371,14 @@ impl ComputeClient {
     }
 }
 
-fn f32_bytes(values: &[f32]) -> Vec<u8> {
+pub(crate) fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values
         .iter()
         .flat_map(|value| value.to_ne_bytes())
         .collect()
 }
 
-fn bytes_f32(bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn bytes_f32(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|chunk| {

@@ -10,5 +10,6 @@ mod recovery;
 pub use buffer::Buffer;
 pub use capture::{CaptureGuard, CaptureToken, Graph};
 pub use client::ComputeClient;
+pub(crate) use client::{bytes_f32, f32_bytes};
 pub use event::Event;
 pub use optimizer::OptimizerState;

@@ -244,7 +244,10 @@ fn autodiff_errors_have_their_codes() {
         [
             ErrorCode::StorePoisoned,
             ErrorCode::HandleNotFound,
-            ErrorCode::InvalidArgument
+            ErrorCode::InvalidArgument,
+            ErrorCode::InvalidArgument,
+            ErrorCode::InvalidArgument,
+            ErrorCode::InvalidArgument,
         ]
     );
     let shape = ShapeError::RankMismatch {
@@ -258,5 +261,10 @@ fn autodiff_errors_have_their_codes() {
     assert_eq!(
         BackendError::from(shape.clone()),
         BackendError::ShapeMismatch(shape)
+    );
+    let server = ServerError::ContextRetiring { ordinal: 2 };
+    assert_eq!(
+        AutodiffError::from(server.clone()),
+        AutodiffError::Backend(BackendError::from(server))
     );
 }

@@ -226,6 +226,9 @@ pub fn autodiff_samples() -> Vec<AutodiffError> {
             expected: 4,
             actual: 5,
         }),
+        AutodiffError::TapeMismatch,
+        AutodiffError::GradientTrackingDisabled,
+        AutodiffError::InvalidArgument("backward needs a scalar loss".into()),
     ]
 }
 

@@ -187,6 +187,9 @@ pub fn arb_autodiff_error() -> impl Strategy<Value = AutodiffError> {
         arb_backend_error().prop_map(AutodiffError::Backend),
         any::<u64>().prop_map(|var| AutodiffError::UnknownVar { var }),
         arb_shape_error().prop_map(AutodiffError::ShapeMismatch),
+        Just(AutodiffError::TapeMismatch),
+        Just(AutodiffError::GradientTrackingDisabled),
+        text().prop_map(AutodiffError::InvalidArgument),
     ]
 }
 

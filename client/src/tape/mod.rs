@@ -1,0 +1,22 @@
+//! The training tape: reverse-mode autodiff whose values live on the device.
+//!
+//! A [`Tape`] records one step's operations as kernel launches on one
+//! stream; [`Tape::backward`] queues the gradient kernels on the same
+//! stream and returns [`Gradients`]. Nothing waits for the device until a
+//! value is read. `docs/tape.md` has the design.
+
+mod backward;
+mod gradients;
+mod node;
+mod ops;
+mod rules;
+#[allow(clippy::module_inception)]
+mod tape;
+mod tensor;
+mod var;
+mod work;
+
+pub use gradients::{Gradient, Gradients};
+pub use tape::{Tape, TapeId};
+pub use tensor::Tensor;
+pub use var::Var;

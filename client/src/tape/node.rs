@@ -1,0 +1,99 @@
+//! What a tape records per value: its device buffer, shape, whether it is
+//! tracked, and the operation that made it (its inputs named by index).
+
+use cistern_runtime::Activation;
+
+use crate::compute::Buffer;
+
+/// A value's index on its tape: values are never removed, so an index never
+/// names another value.
+pub(super) type VarIndex = usize;
+
+/// One recorded value.
+#[derive(Debug)]
+pub(super) struct Node {
+    /// Its elements, row-major, on the tape's stream.
+    pub(super) value: Buffer,
+    pub(super) shape: Vec<usize>,
+    /// Whether gradients flow to it (a tracked leaf, or made from one).
+    pub(super) tracked: bool,
+    pub(super) op: Op,
+}
+
+impl Node {
+    /// Its element count (checked when the shape was first accepted).
+    pub(super) fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// The operation that made a value, with what its backward needs.
+#[derive(Clone, Debug)]
+pub(super) enum Op {
+    /// A leaf: uploaded, resident or detached.
+    Leaf,
+    /// `a·b`, `a` is `m×k`, `b` is `k×n`.
+    MatMul { a: VarIndex, b: VarIndex },
+    /// `act(input·weightᵀ + bias)`, `input` is `m×k`, `weight` is `n×k`.
+    Linear {
+        input: VarIndex,
+        weight: VarIndex,
+        bias: Option<VarIndex>,
+        activation: Activation,
+        /// The pre-activation, where the activation's derivative cannot be
+        /// taken from its output (`None`: backward passes the output).
+        pre_activation: Option<Buffer>,
+    },
+    /// `act(input)`.
+    Activation {
+        input: VarIndex,
+        activation: Activation,
+    },
+    /// `a + b`.
+    Add { a: VarIndex, b: VarIndex },
+    /// `a ⊙ b`.
+    Mul { a: VarIndex, b: VarIndex },
+    /// `factor·input`.
+    Scale { input: VarIndex, factor: f32 },
+    /// `Σ input`.
+    Sum { input: VarIndex },
+    /// `Σ input / n`.
+    Mean { input: VarIndex },
+    /// `Σ (pred − target)² / n`.
+    MseLoss { pred: VarIndex, target: VarIndex },
+}
+
+impl Op {
+    /// The values this operation read, in order.
+    pub(super) fn inputs(&self) -> Vec<VarIndex> {
+        match *self {
+            Op::Leaf => Vec::new(),
+            Op::MatMul { a, b } | Op::Add { a, b } | Op::Mul { a, b } => vec![a, b],
+            Op::Linear {
+                input,
+                weight,
+                bias,
+                ..
+            } => std::iter::once(input)
+                .chain(std::iter::once(weight))
+                .chain(bias)
+                .collect(),
+            Op::Activation { input, .. }
+            | Op::Scale { input, .. }
+            | Op::Sum { input }
+            | Op::Mean { input } => vec![input],
+            Op::MseLoss { pred, target } => vec![pred, target],
+        }
+    }
+}
+
+/// Whether the derivative of `activation` at its input can be taken from its
+/// output alone, through the backward kernel: `act'(z)` depends only on the
+/// sign of `z`, and `act(z) > 0` exactly when `z > 0`.
+pub(super) fn derivative_from_output(activation: Activation) -> bool {
+    match activation {
+        Activation::Identity | Activation::Relu => true,
+        Activation::LeakyRelu { negative_slope } => negative_slope >= 0.0,
+        Activation::Gelu | Activation::GeluTanh | Activation::Tanh | Activation::Sigmoid => false,
+    }
+}

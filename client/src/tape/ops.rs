@@ -1,0 +1,299 @@
+//! The operations a tape records, forward: each checks its operands' tape
+//! and shapes, reserves its output and queues its kernels. Nothing waits.
+//!
+//! No broadcasting, except a linear layer's bias over the rows of its
+//! output: operands of element-wise operations have equal shapes, and any
+//! other combination is a `ShapeError`.
+
+use cistern_runtime::{Activation, GemmSpec, KernelLaunch, Segment};
+
+use super::node::{Op, VarIndex, derivative_from_output};
+use super::tape::Tape;
+use super::var::Var;
+use crate::compute::Buffer;
+use crate::error::AutodiffError;
+use crate::shape::ShapeError;
+
+/// An operand: its index, buffer and shape.
+struct Operand {
+    index: VarIndex,
+    value: Buffer,
+    shape: Vec<usize>,
+}
+
+impl Operand {
+    fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// `(rows, cols)` of a matrix; `RankMismatch` for any other rank.
+    fn matrix(&self) -> Result<(usize, usize), ShapeError> {
+        match self.shape[..] {
+            [rows, cols] => Ok((rows, cols)),
+            _ => Err(ShapeError::RankMismatch {
+                expected: 2,
+                actual: self.shape.len(),
+            }),
+        }
+    }
+}
+
+impl Tape {
+    /// The matrix product `a·b` of an `m×k` and a `k×n` matrix.
+    pub fn matmul(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        let ((m, k), (rows, n)) = (a.matrix()?, b.matrix()?);
+        if rows != k {
+            return Err(dimension(0, k, rows));
+        }
+        let spec = GemmSpec {
+            m,
+            n,
+            k,
+            ..GemmSpec::default()
+        };
+        let out = self.reserve(ShapeError::element_count(&[m, n])?)?;
+        let launch = KernelLaunch::gemm(spec, a.value.whole(), b.value.whole(), None, out.whole());
+        self.launch(launch)?;
+        let op = Op::MatMul {
+            a: a.index,
+            b: b.index,
+        };
+        Ok(self.record(out, vec![m, n], op))
+    }
+
+    /// A linear layer, `act(input·weightᵀ + bias)`, as PyTorch's
+    /// `nn.Linear`: `input` is `m×k`, `weight` is `n×k`, the optional
+    /// `bias` has `n` elements (added to every row). Bias and activation are
+    /// fused into the GEMM where backward can take the activation's
+    /// derivative from its output (identity, ReLU, leaky ReLU with a
+    /// non-negative slope); otherwise the pre-activation is kept.
+    pub fn linear(
+        &self,
+        input: &Var<'_>,
+        weight: &Var<'_>,
+        bias: Option<&Var<'_>>,
+        activation: Activation,
+    ) -> Result<Var<'_>, AutodiffError> {
+        let (input, weight) = (self.operand(input)?, self.operand(weight)?);
+        let bias = bias.map(|bias| self.operand(bias)).transpose()?;
+        let ((m, k), (n, weight_k)) = (input.matrix()?, weight.matrix()?);
+        if weight_k != k {
+            return Err(dimension(1, k, weight_k));
+        }
+        if let Some(bias) = &bias {
+            ShapeError::check_dims(&[n], &bias.shape)?;
+        }
+        let fused = derivative_from_output(activation);
+        let spec = GemmSpec {
+            m,
+            n,
+            k,
+            transpose_b: true,
+            activation: if fused {
+                activation
+            } else {
+                Activation::Identity
+            },
+            ..GemmSpec::default()
+        };
+        let len = ShapeError::element_count(&[m, n])?;
+        let product = self.reserve(len)?;
+        let bias_binding = bias.as_ref().map(|bias| bias.value.whole());
+        self.launch(KernelLaunch::gemm(
+            spec,
+            input.value.whole(),
+            weight.value.whole(),
+            bias_binding,
+            product.whole(),
+        ))?;
+        let (out, pre_activation) = if fused {
+            (product, None)
+        } else {
+            let out = self.reserve(len)?;
+            let forward =
+                KernelLaunch::activation_forward(activation, product.whole(), out.whole());
+            self.launch(forward)?;
+            (out, Some(product))
+        };
+        let op = Op::Linear {
+            input: input.index,
+            weight: weight.index,
+            bias: bias.map(|bias| bias.index),
+            activation,
+            pre_activation,
+        };
+        Ok(self.record(out, vec![m, n], op))
+    }
+
+    /// `act(input)`, element-wise, any shape.
+    pub fn activation(
+        &self,
+        input: &Var<'_>,
+        activation: Activation,
+    ) -> Result<Var<'_>, AutodiffError> {
+        let input = self.operand(input)?;
+        let out = if activation == Activation::Identity {
+            // Values are never written after their launch: sharing is safe.
+            input.value.clone()
+        } else {
+            let out = self.reserve(input.len())?;
+            let launch =
+                KernelLaunch::activation_forward(activation, input.value.whole(), out.whole());
+            self.launch(launch)?;
+            out
+        };
+        let op = Op::Activation {
+            input: input.index,
+            activation,
+        };
+        Ok(self.record(out, input.shape, op))
+    }
+
+    /// `max(x, 0)`.
+    pub fn relu(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.activation(input, Activation::Relu)
+    }
+
+    /// `x` for `x > 0`, else `negative_slope·x`.
+    pub fn leaky_relu(
+        &self,
+        input: &Var<'_>,
+        negative_slope: f32,
+    ) -> Result<Var<'_>, AutodiffError> {
+        self.activation(input, Activation::LeakyRelu { negative_slope })
+    }
+
+    /// Exact GELU (erf), PyTorch's `approximate='none'`.
+    pub fn gelu(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.activation(input, Activation::Gelu)
+    }
+
+    /// GELU with PyTorch's `approximate='tanh'`.
+    pub fn gelu_tanh(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.activation(input, Activation::GeluTanh)
+    }
+
+    /// `tanh(x)`.
+    pub fn tanh(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.activation(input, Activation::Tanh)
+    }
+
+    /// `1 / (1 + e^{−x})`.
+    pub fn sigmoid(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.activation(input, Activation::Sigmoid)
+    }
+
+    /// `a + b`, element-wise; the shapes are equal.
+    pub fn add(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.elementwise(a, b, KernelLaunch::add, |a, b| Op::Add { a, b })
+    }
+
+    /// `a ⊙ b`, element-wise; the shapes are equal.
+    pub fn mul(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.elementwise(a, b, KernelLaunch::mul, |a, b| Op::Mul { a, b })
+    }
+
+    /// `factor·input`.
+    pub fn scale(&self, input: &Var<'_>, factor: f32) -> Result<Var<'_>, AutodiffError> {
+        let input = self.operand(input)?;
+        let out = self.scaled(&input.value, input.len(), factor)?;
+        let op = Op::Scale {
+            input: input.index,
+            factor,
+        };
+        Ok(self.record(out, input.shape, op))
+    }
+
+    /// The sum of every element: a scalar.
+    pub fn sum(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        let input = self.operand(input)?;
+        let out = self.total(&input.value, input.len())?;
+        Ok(self.record(out, Vec::new(), Op::Sum { input: input.index }))
+    }
+
+    /// The mean of every element: a scalar.
+    pub fn mean(&self, input: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        let input = self.operand(input)?;
+        let out = self.total(&input.value, input.len())?;
+        self.launch(KernelLaunch::scale(out.whole(), 1.0 / input.len() as f32))?;
+        Ok(self.record(out, Vec::new(), Op::Mean { input: input.index }))
+    }
+
+    /// The mean squared error `Σ (pred − target)² / n` (PyTorch's
+    /// `reduction='mean'`): a scalar; the shapes are equal.
+    pub fn mse_loss(&self, pred: &Var<'_>, target: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        let (pred, target) = (self.operand(pred)?, self.operand(target)?);
+        ShapeError::check_dims(&pred.shape, &target.shape)?;
+        let out = self.reserve(1)?;
+        let launch = KernelLaunch::mse_loss(pred.value.whole(), target.value.whole(), out.whole());
+        self.launch(launch)?;
+        let op = Op::MseLoss {
+            pred: pred.index,
+            target: target.index,
+        };
+        Ok(self.record(out, Vec::new(), op))
+    }
+
+    fn elementwise(
+        &self,
+        a: &Var<'_>,
+        b: &Var<'_>,
+        kernel: fn(
+            cistern_runtime::Binding,
+            cistern_runtime::Binding,
+            cistern_runtime::Binding,
+        ) -> KernelLaunch,
+        op: fn(VarIndex, VarIndex) -> Op,
+    ) -> Result<Var<'_>, AutodiffError> {
+        let (a, b) = (self.operand(a)?, self.operand(b)?);
+        ShapeError::check_dims(&a.shape, &b.shape)?;
+        let out = self.reserve(a.len())?;
+        self.launch(kernel(a.value.whole(), b.value.whole(), out.whole()))?;
+        Ok(self.record(out, a.shape, op(a.index, b.index)))
+    }
+
+    /// A new buffer holding `factor·value` (`len` elements).
+    pub(super) fn scaled(
+        &self,
+        value: &Buffer,
+        len: usize,
+        factor: f32,
+    ) -> Result<Buffer, AutodiffError> {
+        let out = self.reserve(len)?;
+        self.launch(KernelLaunch::identity(value.whole(), out.whole()))?;
+        self.launch(KernelLaunch::scale(out.whole(), factor))?;
+        Ok(out)
+    }
+
+    /// A new one-element buffer holding the sum of `value`'s `len` elements
+    /// (a segment sum with one segment).
+    fn total(&self, value: &Buffer, len: usize) -> Result<Buffer, AutodiffError> {
+        let out = self.reserve(1)?;
+        let segments = vec![Segment::new(0, len)];
+        self.launch(KernelLaunch::segment_sum(
+            value.whole(),
+            segments,
+            out.whole(),
+        ))?;
+        Ok(out)
+    }
+
+    fn operand(&self, var: &Var<'_>) -> Result<Operand, AutodiffError> {
+        let index = self.index_of(var)?;
+        let (value, shape) = self.with_node(index, |node| (node.value.clone(), node.shape.clone()));
+        Ok(Operand {
+            index,
+            value,
+            shape,
+        })
+    }
+}
+
+fn dimension(axis: usize, expected: usize, actual: usize) -> AutodiffError {
+    AutodiffError::ShapeMismatch(ShapeError::DimensionMismatch {
+        axis,
+        expected,
+        actual,
+    })
+}

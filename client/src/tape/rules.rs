@@ -1,0 +1,248 @@
+//! The gradient rule of each operation: given a value's gradient, the
+//! kernels that make its reached inputs' contributions. Shapes were checked
+//! when the operation was recorded.
+
+use cistern_runtime::{Activation, GemmSpec, KernelLaunch};
+
+use super::backward::Grad;
+use super::node::{Node, Op, VarIndex};
+use super::tape::Tape;
+use crate::compute::Buffer;
+use crate::error::AutodiffError;
+
+/// Contributions to inputs' gradients, in the order computed.
+type Contributions = Vec<(VarIndex, Grad)>;
+
+impl Tape {
+    /// The contributions value `index`'s operation makes, given the
+    /// value's gradient, to each input in `reached`.
+    pub(super) fn input_gradients(
+        &self,
+        index: VarIndex,
+        grad: &Grad,
+        reached: &[bool],
+    ) -> Result<Contributions, AutodiffError> {
+        let (op, value, shape) = self.with_node(index, |node| {
+            (node.op.clone(), node.value.clone(), node.shape.clone())
+        });
+        let len: usize = shape.iter().product();
+        let reached = |input: &VarIndex| reached.get(*input).copied().unwrap_or(false);
+        let mut out = Contributions::new();
+        match op {
+            Op::Leaf => {}
+            Op::MatMul { a, b } => {
+                let g = self.materialize(grad, len)?;
+                let ((a_value, a_shape), b_value) = (self.value_and_shape(a), self.value_of(b));
+                let (m, k, n) = (a_shape[0], a_shape[1], shape[1]);
+                if reached(&a) {
+                    // ∂a = g·bᵀ (m×k)
+                    let spec = product(m, k, n, false, true);
+                    out.push((a, Grad::Device(self.gemm(spec, &g, &b_value, m * k)?)));
+                }
+                if reached(&b) {
+                    // ∂b = aᵀ·g (k×n)
+                    let spec = product(k, n, m, true, false);
+                    out.push((b, Grad::Device(self.gemm(spec, &a_value, &g, k * n)?)));
+                }
+            }
+            Op::Linear {
+                input,
+                weight,
+                bias,
+                activation,
+                pre_activation,
+            } => {
+                let g = self.materialize(grad, len)?;
+                let at = pre_activation.unwrap_or(value);
+                let g = self.activation_gradient(activation, &at, g, len)?;
+                let ((input_value, input_shape), weight_value) =
+                    (self.value_and_shape(input), self.value_of(weight));
+                let (m, k, n) = (input_shape[0], input_shape[1], shape[1]);
+                if reached(&weight) {
+                    // ∂weight = gᵀ·input (n×k)
+                    let spec = product(n, k, m, true, false);
+                    let grad = self.gemm(spec, &g, &input_value, n * k)?;
+                    out.push((weight, Grad::Device(grad)));
+                }
+                if let Some(bias) = bias.filter(reached) {
+                    let sums = self.reserve(n)?;
+                    let (rows, cols) = (m as u64, n as u64);
+                    self.launch(KernelLaunch::column_sum(
+                        g.whole(),
+                        rows,
+                        cols,
+                        sums.whole(),
+                    ))?;
+                    out.push((bias, Grad::Device(sums)));
+                }
+                if reached(&input) {
+                    // ∂input = g·weight (m×k); skipped for an untracked input.
+                    let spec = product(m, k, n, false, false);
+                    let grad = self.gemm(spec, &g, &weight_value, m * k)?;
+                    out.push((input, Grad::Device(grad)));
+                }
+            }
+            Op::Activation { input, activation } => {
+                if activation == Activation::Identity {
+                    out.push((input, grad.clone()));
+                } else if reached(&input) {
+                    let g = self.materialize(grad, len)?;
+                    let x = self.value_of(input);
+                    let grad = self.activation_gradient(activation, &x, g, len)?;
+                    out.push((input, Grad::Device(grad)));
+                }
+            }
+            Op::Add { a, b } => {
+                out.push((a, grad.clone()));
+                out.push((b, grad.clone()));
+            }
+            Op::Mul { a, b } => {
+                let g = self.materialize(grad, len)?;
+                if reached(&a) {
+                    let grad = self.product_with(&g, &self.value_of(b), len)?;
+                    out.push((a, Grad::Device(grad)));
+                }
+                if reached(&b) {
+                    let grad = self.product_with(&g, &self.value_of(a), len)?;
+                    out.push((b, Grad::Device(grad)));
+                }
+            }
+            Op::Scale { input, factor } => {
+                let scaled = match grad {
+                    Grad::Constant(value) => Grad::Constant(value * factor),
+                    Grad::Device(g) => Grad::Device(self.scaled(g, len, factor)?),
+                };
+                out.push((input, scaled));
+            }
+            Op::Sum { input } => {
+                let n = self.with_node(input, Node::len);
+                out.push((input, Grad::Device(self.broadcast(grad, n, 1.0)?)));
+            }
+            Op::Mean { input } => {
+                let n = self.with_node(input, Node::len);
+                let factor = 1.0 / n as f32;
+                out.push((input, Grad::Device(self.broadcast(grad, n, factor)?)));
+            }
+            Op::MseLoss { pred, target } => {
+                let n = self.with_node(pred, Node::len);
+                let (pred_value, target_value) = (self.value_of(pred), self.value_of(target));
+                if reached(&pred) {
+                    let g = self.mse_gradient(&pred_value, &target_value, grad, n)?;
+                    out.push((pred, Grad::Device(g)));
+                }
+                if reached(&target) {
+                    // ∂target = −∂pred: the same kernel with the roles swapped.
+                    let g = self.mse_gradient(&target_value, &pred_value, grad, n)?;
+                    out.push((target, Grad::Device(g)));
+                }
+            }
+        }
+        out.retain(|(input, _)| reached(input));
+        Ok(out)
+    }
+
+    fn value_of(&self, index: VarIndex) -> Buffer {
+        self.with_node(index, |node| node.value.clone())
+    }
+
+    fn value_and_shape(&self, index: VarIndex) -> (Buffer, Vec<usize>) {
+        self.with_node(index, |node| (node.value.clone(), node.shape.clone()))
+    }
+
+    /// A new buffer holding `op(a)·op(b)` as `spec` says (`len` elements).
+    fn gemm(
+        &self,
+        spec: GemmSpec,
+        a: &Buffer,
+        b: &Buffer,
+        len: usize,
+    ) -> Result<Buffer, AutodiffError> {
+        let out = self.reserve(len)?;
+        self.launch(KernelLaunch::gemm(
+            spec,
+            a.whole(),
+            b.whole(),
+            None,
+            out.whole(),
+        ))?;
+        Ok(out)
+    }
+
+    /// `g·act'(at)`, where `at` is the activation's input (or its output,
+    /// where that decides the derivative); the identity passes `g` through.
+    fn activation_gradient(
+        &self,
+        activation: Activation,
+        at: &Buffer,
+        g: Buffer,
+        len: usize,
+    ) -> Result<Buffer, AutodiffError> {
+        if activation == Activation::Identity {
+            return Ok(g);
+        }
+        let out = self.reserve(len)?;
+        let launch =
+            KernelLaunch::activation_backward(activation, at.whole(), g.whole(), out.whole());
+        self.launch(launch)?;
+        Ok(out)
+    }
+
+    fn product_with(&self, a: &Buffer, b: &Buffer, len: usize) -> Result<Buffer, AutodiffError> {
+        let out = self.reserve(len)?;
+        self.launch(KernelLaunch::mul(a.whole(), b.whole(), out.whole()))?;
+        Ok(out)
+    }
+
+    /// `n` elements, each `factor·grad` for a one-element `grad`: one fill
+    /// for a host constant; for a device scalar, a fill of `factor` times
+    /// the scalar.
+    fn broadcast(&self, grad: &Grad, n: usize, factor: f32) -> Result<Buffer, AutodiffError> {
+        match grad {
+            Grad::Constant(value) => self.filled(n, value * factor),
+            Grad::Device(g) => {
+                let factors = self.filled(n, factor)?;
+                self.times_scalar(&factors, g, n)
+            }
+        }
+    }
+
+    /// `x·s` for `x` of `n` elements and a one-element device scalar `s`:
+    /// a GEMM of an `n×1` by a `1×1` matrix.
+    fn times_scalar(&self, x: &Buffer, s: &Buffer, n: usize) -> Result<Buffer, AutodiffError> {
+        self.gemm(product(n, 1, 1, false, false), x, s, n)
+    }
+
+    /// `grad·2(pred − target)/n`.
+    fn mse_gradient(
+        &self,
+        pred: &Buffer,
+        target: &Buffer,
+        grad: &Grad,
+        n: usize,
+    ) -> Result<Buffer, AutodiffError> {
+        let grad_output = match grad {
+            Grad::Constant(value) => *value,
+            Grad::Device(_) => 1.0,
+        };
+        let out = self.reserve(n)?;
+        let (pred, target, out_binding) = (pred.whole(), target.whole(), out.whole());
+        let launch = KernelLaunch::mse_loss_backward(pred, target, grad_output, out_binding);
+        self.launch(launch)?;
+        match grad {
+            Grad::Constant(_) => Ok(out),
+            Grad::Device(g) => self.times_scalar(&out, g, n),
+        }
+    }
+}
+
+/// A GEMM spec `m×n` over a contracted `k`, without bias or activation.
+fn product(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
+    GemmSpec {
+        m,
+        n,
+        k,
+        transpose_a,
+        transpose_b,
+        activation: Activation::Identity,
+    }
+}

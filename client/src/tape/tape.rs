@@ -1,0 +1,258 @@
+//! `Tape`: one training step's record of values on the device, and its leaves.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cistern_runtime::{AllocationPolicy, FailureToken, KernelLaunch, ServerError, StreamId};
+use serde::{Deserialize, Serialize};
+
+use super::node::{Node, Op, VarIndex};
+use super::tensor::Tensor;
+use super::var::Var;
+use super::work::WorkLog;
+use crate::compute::{Buffer, ComputeClient, bytes_f32, f32_bytes};
+use crate::error::AutodiffError;
+use crate::shape::ShapeError;
+
+/// Names one tape in this process; never reused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TapeId(u64);
+
+impl TapeId {
+    /// Its number (unique in this process).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    fn next() -> TapeId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        TapeId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// A training step's record: values on the device and the operations that
+/// made them, for [`backward`](Tape::backward).
+///
+/// Bound to one [`ComputeClient`] and one stream: every upload, launch and
+/// read of the tape runs in order on that stream, and nothing waits for the
+/// device until a value is read ([`Var::to_host`], [`Var::item`]). The tape
+/// owns its values' buffers (taken from the device's pools); dropping it
+/// returns them. Make one per step. A launch that failed is reported by the
+/// next call that waits (as that launch's error) and by every waiting call
+/// after it: a tape that saw a failure is done; drop it.
+#[derive(Debug)]
+pub struct Tape {
+    id: TapeId,
+    client: ComputeClient,
+    stream: StreamId,
+    nodes: RefCell<Vec<Node>>,
+    /// Every buffer the tape reserved (values, gradients, scratch), held
+    /// until it drops, so the launches it sent stay valid to replay.
+    held: RefCell<Vec<Buffer>>,
+    work: RefCell<WorkLog>,
+}
+
+impl Tape {
+    /// A tape on `client`'s default stream.
+    pub fn new(client: &ComputeClient) -> Tape {
+        Tape::on_stream(client, client.default_stream())
+    }
+
+    /// A tape on `stream` of `client` (a stream the caller made, or the default).
+    pub fn on_stream(client: &ComputeClient, stream: StreamId) -> Tape {
+        Tape {
+            id: TapeId::next(),
+            client: client.clone(),
+            stream,
+            nodes: RefCell::new(Vec::new()),
+            held: RefCell::new(Vec::new()),
+            work: RefCell::new(WorkLog::default()),
+        }
+    }
+
+    /// Its process-unique id.
+    pub fn id(&self) -> TapeId {
+        self.id
+    }
+
+    /// The stream all its work runs on.
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+
+    /// The client it sends work through.
+    pub fn client(&self) -> &ComputeClient {
+        &self.client
+    }
+
+    /// A tracked leaf holding `tensor`: [`backward`](Tape::backward)
+    /// computes its gradient.
+    pub fn var(&self, tensor: &Tensor<f32>) -> Result<Var<'_>, AutodiffError> {
+        self.leaf(tensor, true)
+    }
+
+    /// An untracked leaf holding `tensor` (a constant): asking its gradient
+    /// is `GradientTrackingDisabled`.
+    pub fn var_no_grad(&self, tensor: &Tensor<f32>) -> Result<Var<'_>, AutodiffError> {
+        self.leaf(tensor, false)
+    }
+
+    /// A step's input (data, targets): an untracked leaf holding `tensor`,
+    /// as [`var_no_grad`](Tape::var_no_grad).
+    pub fn upload(&self, tensor: &Tensor<f32>) -> Result<Var<'_>, AutodiffError> {
+        self.leaf(tensor, false)
+    }
+
+    /// A tracked leaf over `buffer`, which already holds the value on this
+    /// tape's device (a parameter kept there): nothing is copied, and the
+    /// tape holds the buffer until it drops. The buffer holds exactly the
+    /// `f32`s of `shape` (`ElementCountMismatch` otherwise); a buffer of
+    /// another device is `DeviceMismatch`. Work written to it on another
+    /// stream must be ordered before (a sync, or an event the tape's stream
+    /// waits for); an upload on the default stream needs nothing.
+    pub fn var_resident(&self, buffer: &Buffer, shape: &[usize]) -> Result<Var<'_>, AutodiffError> {
+        self.client.check_owner(buffer)?;
+        if buffer.size() % 4 != 0 {
+            return Err(AutodiffError::InvalidArgument(format!(
+                "a buffer of {} bytes does not hold f32s",
+                buffer.size()
+            )));
+        }
+        let elements = checked_len(shape)?;
+        let held = usize::try_from(buffer.size() / 4).unwrap_or(usize::MAX);
+        ShapeError::check_element_count(elements, held)?;
+        Ok(self.push(buffer.clone(), shape.to_vec(), true, Op::Leaf))
+    }
+
+    /// The kernel launches this tape has sent, in order: what one step ran,
+    /// to inspect, or to replay while the tape lives (it holds every buffer
+    /// they bind).
+    pub fn launches(&self) -> Vec<KernelLaunch> {
+        self.work.borrow().launches().to_vec()
+    }
+
+    fn leaf(&self, tensor: &Tensor<f32>, tracked: bool) -> Result<Var<'_>, AutodiffError> {
+        let value = self.reserve(tensor.len())?;
+        let written = self
+            .client
+            .write_on(self.stream, &value, 0, &f32_bytes(tensor.data()));
+        self.answer(written)?;
+        Ok(self.push(value, tensor.shape().to_vec(), tracked, Op::Leaf))
+    }
+
+    /// The index of `var` on this tape; `TapeMismatch` for another tape's.
+    pub(super) fn index_of(&self, var: &Var<'_>) -> Result<VarIndex, AutodiffError> {
+        if var.tape().id == self.id {
+            Ok(var.index())
+        } else {
+            Err(AutodiffError::TapeMismatch)
+        }
+    }
+
+    /// Records a value made by `op`; tracked when any of its inputs is.
+    pub(super) fn record(&self, value: Buffer, shape: Vec<usize>, op: Op) -> Var<'_> {
+        let tracked = {
+            let nodes = self.nodes.borrow();
+            op.inputs()
+                .iter()
+                .any(|&input| nodes.get(input).is_some_and(|node| node.tracked))
+        };
+        self.push(value, shape, tracked, op)
+    }
+
+    /// Records a detached copy of value `index`: the same buffer, untracked.
+    pub(super) fn detached(&self, index: VarIndex) -> Var<'_> {
+        let (value, shape) = self.with_node(index, |node| (node.value.clone(), node.shape.clone()));
+        self.push(value, shape, false, Op::Leaf)
+    }
+
+    fn push(&self, value: Buffer, shape: Vec<usize>, tracked: bool, op: Op) -> Var<'_> {
+        let mut nodes = self.nodes.borrow_mut();
+        nodes.push(Node {
+            value,
+            shape,
+            tracked,
+            op,
+        });
+        Var::new(self, nodes.len() - 1)
+    }
+
+    /// Runs `f` on value `index` (an index this tape handed out).
+    pub(super) fn with_node<R>(&self, index: VarIndex, f: impl FnOnce(&Node) -> R) -> R {
+        let nodes = self.nodes.borrow();
+        debug_assert!(index < nodes.len(), "a Var names a value of its tape");
+        f(&nodes[index])
+    }
+
+    /// Runs `f` on every value recorded so far.
+    pub(super) fn with_nodes<R>(&self, f: impl FnOnce(&[Node]) -> R) -> R {
+        f(&self.nodes.borrow())
+    }
+
+    /// A buffer of `elements` `f32`s on the tape's stream (its contents are
+    /// whatever the pool held: the next launch writes them).
+    pub(super) fn reserve(&self, elements: usize) -> Result<Buffer, AutodiffError> {
+        if elements == 0 {
+            return Err(AutodiffError::InvalidArgument(
+                "a tape holds no empty tensors".into(),
+            ));
+        }
+        let bytes = (elements as u64).checked_mul(4).ok_or_else(|| {
+            AutodiffError::InvalidArgument(format!("{elements} elements overflow a buffer"))
+        })?;
+        let reserved = self
+            .client
+            .reserve_with(bytes, AllocationPolicy::Allow, self.stream);
+        let buffer = self.answer(reserved)?;
+        self.held.borrow_mut().push(buffer.clone());
+        Ok(buffer)
+    }
+
+    /// Sends `launch` on the tape's stream; its failure reaches the log.
+    pub(super) fn launch(&self, launch: KernelLaunch) -> Result<(), AutodiffError> {
+        let sent = self.client.launch_tracked(self.stream, launch.clone());
+        let token: FailureToken = self.answer(sent)?;
+        self.work.borrow_mut().record(launch, token);
+        Ok(())
+    }
+
+    /// A call's result; a failed one answers the earliest failed launch of
+    /// the tape if one has settled (the device refusing a reservation after
+    /// a trap reports the trapped launch), else its own error.
+    fn answer<T>(&self, result: Result<T, ServerError>) -> Result<T, AutodiffError> {
+        match result {
+            Ok(value) => Ok(value),
+            Err(error) => self.work.borrow_mut().settle(Err(error)),
+        }
+    }
+
+    /// The failure a waiting call of this tape has already seen, if any.
+    pub(super) fn failure(&self) -> Option<AutodiffError> {
+        self.work.borrow().failure().cloned()
+    }
+
+    /// Reads `elements` `f32`s of `buffer` on the tape's stream: the one
+    /// place the tape waits for the device. A launch of the tape that
+    /// failed is the answer, before the read's own.
+    pub(super) fn read(&self, buffer: &Buffer, elements: usize) -> Result<Vec<f32>, AutodiffError> {
+        if let Some(failure) = self.failure() {
+            return Err(failure);
+        }
+        let bytes = self
+            .client
+            .read_on(self.stream, buffer, 0, elements as u64 * 4);
+        let bytes = self.work.borrow_mut().settle(bytes)?;
+        Ok(bytes_f32(&bytes))
+    }
+}
+
+/// The element count of `shape`, refusing an empty one.
+pub(super) fn checked_len(shape: &[usize]) -> Result<usize, AutodiffError> {
+    let elements = ShapeError::element_count(shape)?;
+    if elements == 0 {
+        return Err(AutodiffError::InvalidArgument(
+            "a tape holds no empty tensors".into(),
+        ));
+    }
+    Ok(elements)
+}
