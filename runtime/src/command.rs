@@ -110,6 +110,11 @@ pub struct ServerStats {
     pub replays: u64,
     /// Cross-stream waits queued to order conflicting uses of memory.
     pub ordering_waits: u64,
+    /// `Read` commands handled (accepted or refused): each is a caller
+    /// waiting for the device.
+    pub reads: u64,
+    /// `Write` commands handled (accepted or refused).
+    pub writes: u64,
 }
 
 /// What a `Compact` did.
