@@ -297,9 +297,7 @@ impl<S: Storage> MemoryManager<S> {
         stream: StreamId,
         sequence: u64,
     ) -> Result<(), IoError> {
-        let allocation = self.allocations.get_mut(id).map_err(IoError::not_found)?;
-        raise_last(&mut allocation.uses, stream, sequence);
-        Ok(())
+        self.record(id, stream, sequence, false)
     }
 
     /// Records a use that writes the allocation: later uses on other
@@ -310,9 +308,21 @@ impl<S: Storage> MemoryManager<S> {
         stream: StreamId,
         sequence: u64,
     ) -> Result<(), IoError> {
+        self.record(id, stream, sequence, true)
+    }
+
+    fn record(
+        &mut self,
+        id: AllocationId,
+        stream: StreamId,
+        sequence: u64,
+        writes: bool,
+    ) -> Result<(), IoError> {
         let allocation = self.allocations.get_mut(id).map_err(IoError::not_found)?;
         raise_last(&mut allocation.uses, stream, sequence);
-        raise_last(&mut allocation.writes, stream, sequence);
+        if writes {
+            raise_last(&mut allocation.writes, stream, sequence);
+        }
         Ok(())
     }
 
