@@ -14,23 +14,24 @@ use serde::{Deserialize, Serialize};
 
 use super::GemmSpec;
 
-/// Products smaller than this (m·n·k multiply-adds) run on the calling
-/// thread in the `matrixmultiply` path: below it, waking the pool costs more
-/// than it saves. The `gemm` crate applies a threshold of its own.
+/// Products smaller than this (m·n·k multiply-adds) run as one call: below
+/// it, waking the pool costs more than it saves.
 const PARALLEL_WORK: usize = 1 << 21;
 
-/// Rows of C per `matrixmultiply` task are a multiple of this, its widest
-/// micro-tile, so no task ends in a partial tile that another could fill.
-const ROW_TILE: usize = 16;
+/// The fewest rows or columns of C one task gets, and the multiple its
+/// share is rounded to (both crates' widest micro-tile is 16 or 48 wide).
+const MIN_BLOCK: usize = 64;
+const BLOCK_ALIGN: usize = 16;
 
-/// The implementation of the matrix product behind [`crate::gemm`].
+/// The implementation of the matrix product behind [`crate::gemm`]. Both
+/// run single-threaded on blocks of C, one block per rayon thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum GemmKernel {
     /// The `gemm` crate (`gemm-f32` 0.19, `x86-v4`): packed AVX-512 or
-    /// AVX2 + FMA micro-kernels, threaded on rayon's pool.
+    /// AVX2 + FMA micro-kernels.
     Gemm,
-    /// `matrixmultiply`'s sgemm: micro-kernels for most instruction sets and
-    /// a portable one; C's rows are split over rayon's pool.
+    /// `matrixmultiply`'s sgemm: micro-kernels for most instruction sets
+    /// (AVX-512 and AVX2 + FMA among them) and a portable one.
     MatrixMultiply,
 }
 
@@ -127,79 +128,151 @@ impl Strides {
     }
 }
 
-fn gemm_crate(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
+/// A part of C that one task computes: `len` rows or columns from `start`.
+#[derive(Clone, Copy)]
+struct Block {
+    columns: bool,
+    start: usize,
+    len: usize,
+}
+
+/// Splits C into one block per rayon thread, along the longer of its two
+/// sides, and runs `block` on each: independent tasks with no barrier
+/// between them, so a core taken by another thread (a stream executor,
+/// another process) delays only its own share. Small products, and C too
+/// narrow to split, run as one call with `threads` set.
+fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
     let GemmSpec { m, n, k, .. } = *spec;
-    // SAFETY: a, b and c hold m·k, k·n and m·n elements (checked by the
-    // caller), and the strides address exactly those matrices within them;
-    // c is exclusively borrowed. With `read_dst = false` C's old contents
-    // are never read, so NaNs left in it cannot leak into the result.
-    unsafe {
-        gemm_f32::gemm::f32::get_gemm_fn()(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            a.as_ptr(),
-            s.a_col,
-            s.a_row,
-            b.as_ptr(),
-            s.b_col,
-            s.b_row,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm_common::Parallelism::Rayon(0),
-        );
+    let columns = n >= m;
+    let extent = if columns { n } else { m };
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let tasks = rayon::current_num_threads().min(extent / MIN_BLOCK);
+    if work < PARALLEL_WORK || tasks <= 1 {
+        let whole = Block {
+            columns,
+            start: 0,
+            len: extent,
+        };
+        return block(whole, work >= PARALLEL_WORK);
+    }
+    let share = extent.div_ceil(tasks).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+    (0..tasks).into_par_iter().for_each(|task| {
+        let start = task * share;
+        if start < extent {
+            let len = share.min(extent - start);
+            block(
+                Block {
+                    columns,
+                    start,
+                    len,
+                },
+                false,
+            );
+        }
+    });
+}
+
+/// A pointer that tasks share; each task touches only its own block.
+#[derive(Clone, Copy)]
+struct Shared<T>(T);
+// SAFETY: the tasks of one `split` read A and B and write disjoint blocks
+// of C; the borrows behind these pointers outlive the split.
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T: Copy> Shared<T> {
+    fn get(&self) -> T {
+        self.0
     }
 }
 
-fn matrixmultiply(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let GemmSpec { m, n, k, .. } = *spec;
-    let work = m.saturating_mul(n).saturating_mul(k);
-    let tasks = if work < PARALLEL_WORK {
-        1
+/// The sub-problem of a block: its (m, n), and the offsets of its first
+/// element of C, op(A) and op(B).
+fn sub_problem(spec: &GemmSpec, s: &Strides, block: Block) -> (usize, usize, usize, isize, isize) {
+    let start = block.start as isize;
+    if block.columns {
+        (spec.m, block.len, block.start, 0, start * s.b_col)
     } else {
-        rayon::current_num_threads().clamp(1, m.div_ceil(ROW_TILE))
-    };
-    let rows_per_task = m.div_ceil(tasks).div_ceil(ROW_TILE) * ROW_TILE;
-    let rows_of_c = |(task, c_rows): (usize, &mut [f32])| {
-        let first = task * rows_per_task;
-        // The sub-matrix of op(A) for rows first.. starts at element
-        // first·a_row: `first·k` untransposed, `first` transposed.
-        let a_rows = &a[first * s.a_row.unsigned_abs()..];
-        let rows = c_rows.len() / n;
-        // SAFETY: op(A)'s rows first..first+rows lie in `a_rows` (their last
-        // element is a[(first+rows-1)·a_row + (k-1)·a_col] < m·k), B is whole,
-        // and `c_rows` is this task's own rows·n block of C.
+        (block.len, spec.n, block.start * spec.n, start * s.a_row, 0)
+    }
+}
+
+fn gemm_crate(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (a, b, c) = (
+        Shared(a.as_ptr()),
+        Shared(b.as_ptr()),
+        Shared(c.as_mut_ptr()),
+    );
+    let ldc = spec.n as isize;
+    split(spec, |block, threaded| {
+        let (m, n, c_at, a_at, b_at) = sub_problem(spec, s, block);
+        let parallelism = if threaded {
+            gemm_common::Parallelism::Rayon(0)
+        } else {
+            gemm_common::Parallelism::None
+        };
+        // The crate's kernels want a column-major destination: C (row-major
+        // m×n) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, column-major n×m, as the
+        // `gemm` facade does for a row-major C.
+        // SAFETY: the block's rows or columns of C, op(A) and op(B) lie in
+        // the buffers the caller checked against the spec (`sub_problem`
+        // offsets stay inside them); blocks of one split are disjoint, so
+        // no two tasks write the same element. With `read_dst = false` C's
+        // old contents are never read, so NaNs left in it cannot leak.
         unsafe {
-            matrixmultiply::sgemm(
-                rows,
-                k,
+            gemm_f32::gemm::f32::get_gemm_fn()(
                 n,
-                1.0,
-                a_rows.as_ptr(),
+                m,
+                spec.k,
+                c.get().add(c_at),
+                ldc,
+                1,
+                false,
+                b.get().offset(b_at),
+                s.b_row,
+                s.b_col,
+                a.get().offset(a_at),
                 s.a_row,
                 s.a_col,
-                b.as_ptr(),
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    });
+}
+
+fn matrixmultiply(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (a, b, c) = (
+        Shared(a.as_ptr()),
+        Shared(b.as_ptr()),
+        Shared(c.as_mut_ptr()),
+    );
+    split(spec, |block, _| {
+        let (m, n, c_at, a_at, b_at) = sub_problem(spec, s, block);
+        // SAFETY: as in `gemm_crate`; matrixmultiply takes any strides, and
+        // with beta = 0 never reads C.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                spec.k,
+                n,
+                1.0,
+                a.get().offset(a_at),
+                s.a_row,
+                s.a_col,
+                b.get().offset(b_at),
                 s.b_row,
                 s.b_col,
                 0.0,
-                c_rows.as_mut_ptr(),
-                n as isize,
+                c.get().add(c_at),
+                spec.n as isize,
                 1,
             );
         }
-    };
-    if tasks == 1 {
-        rows_of_c((0, c));
-    } else {
-        c.par_chunks_mut(rows_per_task * n)
-            .enumerate()
-            .for_each(rows_of_c);
-    }
+    });
 }
