@@ -62,6 +62,9 @@ fn measure(threads: usize, vector_bits: u32, chains: fn() -> f32) -> Option<FmaP
 
 /// # Safety
 /// The CPU must support AVX-512F.
+// AVX-512 intrinsics are stable from 1.89, which this package needs anyway
+// through cistern-kernels (gemm-f32's x86-v4 kernels).
+#[clippy::msrv = "1.89"]
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn chains_512(iterations: u64) -> f32 {
