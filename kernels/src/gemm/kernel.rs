@@ -10,7 +10,6 @@
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use super::GemmSpec;
 
@@ -18,14 +17,16 @@ use super::GemmSpec;
 /// it, waking the pool costs more than it saves.
 const PARALLEL_WORK: usize = 1 << 21;
 
-/// The fewest rows or columns of C one task gets, and the multiple its
-/// share is rounded to (both crates' widest micro-tile is 16 or 48 wide).
+/// The fewest rows or columns of C one task gets.
 const MIN_BLOCK: usize = 64;
+/// A task's share of C's side is a multiple of this, so that only the last
+/// block ends in a partial micro-tile (the crates' tiles are 4 to 48 wide,
+/// 16 on the AVX-512 paths).
 const BLOCK_ALIGN: usize = 16;
 
 /// The implementation of the matrix product behind [`crate::gemm`]. Both
 /// run single-threaded on blocks of C, one block per rayon thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GemmKernel {
     /// The `gemm` crate (`gemm-f32` 0.19, `x86-v4`): packed AVX-512 or
     /// AVX2 + FMA micro-kernels.
