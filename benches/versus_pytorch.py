@@ -85,7 +85,10 @@ def shape_of(line):
 
 
 def cistern_gemm(binary):
-    return {shape_of(l): l for l in json_lines([binary, "bench", "gemm"]) if l.get("bench") == "gemm"}
+    """Cistern's gemm lines by shape, and the FMA peak its run measured first."""
+    lines = json_lines([binary, "bench", "gemm"])
+    peak = next((l.get("gflops") for l in lines if l.get("bench") == "fma_peak"), None)
+    return {shape_of(l): l for l in lines if l.get("bench") == "gemm"}, peak
 
 
 def pytorch_gemm(python, shapes):
@@ -97,7 +100,7 @@ def pytorch_gemm(python, shapes):
 
 
 def gemm_round(a, round_, pairs):
-    ours = cistern_gemm(a.cistern)
+    ours, peak = cistern_gemm(a.cistern)
     theirs = pytorch_gemm(a.python, list(ours))
     for shape, line in ours.items():
         torch_gflops = theirs.get(shape)
@@ -106,7 +109,9 @@ def gemm_round(a, round_, pairs):
                 "cistern_gflops": line["gflops"], "direct_gflops": line["direct_gflops"],
                 "pytorch_gflops": torch_gflops,
                 "ratio": round(line["gflops"] / torch_gflops, 3) if torch_gflops else None,
-                "vs_direct": line.get("vs_direct")}
+                "vs_direct": line.get("vs_direct"),
+                # A low peak marks a round whose cores other work took.
+                "fma_peak_gflops": peak}
         pairs.append(pair)
         print(json.dumps(pair), flush=True)
 
