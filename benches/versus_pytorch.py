@@ -116,6 +116,10 @@ def gemm_round(a, round_, pairs):
         print(json.dumps(pair), flush=True)
 
 
+def median1(values):
+    return round(statistics.median(values), 1)
+
+
 def gemm_summary(pairs):
     medians = []
     for shape in dict.fromkeys(shape_of(p) for p in pairs):
@@ -126,11 +130,11 @@ def gemm_summary(pairs):
         medians.append(ratio)
         print(json.dumps({"bench": "versus_pytorch_summary", "what": "gemm",
                           **dict(zip(SHAPE_KEYS, shape)), "kernel": mine[0]["kernel"],
-                          "median_cistern_gflops": statistics.median(p["cistern_gflops"] for p in mine),
-                          "median_direct_gflops": statistics.median(p["direct_gflops"] for p in mine),
-                          "median_pytorch_gflops": statistics.median(p["pytorch_gflops"] for p in mine),
+                          "median_cistern_gflops": median1([p["cistern_gflops"] for p in mine]),
+                          "median_direct_gflops": median1([p["direct_gflops"] for p in mine]),
+                          "median_pytorch_gflops": median1([p["pytorch_gflops"] for p in mine]),
                           "median_ratio": round(ratio, 3),
-                          "median_vs_direct": statistics.median(p["vs_direct"] for p in mine),
+                          "median_vs_direct": round(statistics.median(p["vs_direct"] for p in mine), 3),
                           "rounds": len(mine)}))
     if medians:
         print(json.dumps({"bench": "versus_pytorch_summary", "what": "gemm", "shapes": len(medians),
