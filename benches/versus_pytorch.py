@@ -8,6 +8,12 @@ This runs `cistern bench optim` / `cistern bench gemm` and
 one JSON line per pair plus a summary (medians, and how many rounds
 Cistern won).
 
+For gemm, PyTorch runs `torch.mm` at the shapes `cistern bench gemm` runs
+(read from its output: the squares and the MLP products, transposes
+included, as strided views like autograd's), timed the same way: the
+median of as many samples as Cistern took, after 2 warm-up calls. PyTorch's
+environment drops OPENBLAS_* settings meant for other tools.
+
 Usage: python3 benches/versus_pytorch.py [--rounds N] [--what adam|adamw|gemm]
        [--python PYTHON_WITH_TORCH] [--cistern target/release/cistern]
 Build first: cargo build --release. Not part of CI (it needs torch).
@@ -23,9 +29,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PARAMS = 64 * 1024 * 1024
 
 
-def json_lines(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+def json_lines(cmd, env=None):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def torch_env():
+    """This environment less OPENBLAS_* settings meant for other tools."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
 
 
 def cistern_optim(binary, name):
@@ -36,19 +47,99 @@ def cistern_optim(binary, name):
 
 def pytorch_optim(python, name):
     lines = json_lines([python, os.path.join(HERE, "pytorch_reference.py"), "--only", "optim",
-                        "--optimizer", name, "--impl", "fused", "--params", str(PARAMS)])
+                        "--optimizer", name, "--impl", "fused", "--params", str(PARAMS)],
+                       env=torch_env())
     (line,) = [l for l in lines if l.get("bench") == "pytorch_optim"]
     return line["ms_per_step"]
 
 
+SHAPE_KEYS = ("m", "n", "k", "transpose_a", "transpose_b")
+
+# Run by --python: times torch.mm at the shapes given as JSON on argv[1].
+TORCH_GEMM = r"""
+import json, statistics, sys, time
+import torch
+print(json.dumps({"bench": "pytorch_info", "torch": torch.__version__,
+                  "threads": torch.get_num_threads()}), flush=True)
+for shape in json.loads(sys.argv[1]):
+    m, n, k, ta, tb, samples = (shape[key] for key in
+                                ("m", "n", "k", "transpose_a", "transpose_b", "samples"))
+    a = torch.randn(k, m).t() if ta else torch.randn(m, k)
+    b = torch.randn(n, k).t() if tb else torch.randn(k, n)
+    c = torch.empty(m, n)
+    for _ in range(2):
+        torch.mm(a, b, out=c)
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        torch.mm(a, b, out=c)
+        times.append(time.perf_counter() - t)
+    shape["gflops"] = round(2 * m * n * k / statistics.median(times) / 1e9, 1)
+    shape["bench"] = "pytorch_gemm"
+    print(json.dumps(shape), flush=True)
+"""
+
+
+def shape_of(line):
+    return tuple(line[key] for key in SHAPE_KEYS)
+
+
 def cistern_gemm(binary):
-    return {l["m"]: l["gflops"] for l in json_lines([binary, "bench", "gemm"])
-            if l.get("bench") == "gemm"}
+    """Cistern's gemm lines by shape, and the FMA peak its run measured first."""
+    lines = json_lines([binary, "bench", "gemm"])
+    peak = next((l.get("gflops") for l in lines if l.get("bench") == "fma_peak"), None)
+    return {shape_of(l): l for l in lines if l.get("bench") == "gemm"}, peak
 
 
-def pytorch_gemm(python):
-    lines = json_lines([python, os.path.join(HERE, "pytorch_reference.py"), "--only", "gemm"])
-    return {l["m"]: l["gflops"] for l in lines if l.get("bench") == "pytorch_gemm"}
+def pytorch_gemm(python, shapes):
+    flops_per_shape, lo, hi = 3e10, 8, 60  # as src/bench/gemm.rs
+    todo = [dict(zip(SHAPE_KEYS, s), samples=max(lo, min(hi, int(flops_per_shape / (2 * s[0] * s[1] * s[2])))))
+            for s in shapes]
+    lines = json_lines([python, "-c", TORCH_GEMM, json.dumps(todo)], env=torch_env())
+    return {shape_of(l): l["gflops"] for l in lines if l.get("bench") == "pytorch_gemm"}
+
+
+def gemm_round(a, round_, pairs):
+    ours, peak = cistern_gemm(a.cistern)
+    theirs = pytorch_gemm(a.python, list(ours))
+    for shape, line in ours.items():
+        torch_gflops = theirs.get(shape)
+        pair = {"bench": "versus_pytorch", "what": "gemm", "round": round_,
+                **dict(zip(SHAPE_KEYS, shape)), "kernel": line.get("kernel"),
+                "cistern_gflops": line["gflops"], "direct_gflops": line["direct_gflops"],
+                "pytorch_gflops": torch_gflops,
+                "ratio": round(line["gflops"] / torch_gflops, 3) if torch_gflops else None,
+                "vs_direct": line.get("vs_direct"),
+                # A low peak marks a round whose cores other work took.
+                "fma_peak_gflops": peak}
+        pairs.append(pair)
+        print(json.dumps(pair), flush=True)
+
+
+def median1(values):
+    return round(statistics.median(values), 1)
+
+
+def gemm_summary(pairs):
+    medians = []
+    for shape in dict.fromkeys(shape_of(p) for p in pairs):
+        mine = [p for p in pairs if shape_of(p) == shape and p["ratio"]]
+        if not mine:
+            continue
+        ratio = statistics.median(p["ratio"] for p in mine)
+        medians.append(ratio)
+        print(json.dumps({"bench": "versus_pytorch_summary", "what": "gemm",
+                          **dict(zip(SHAPE_KEYS, shape)), "kernel": mine[0]["kernel"],
+                          "median_cistern_gflops": median1([p["cistern_gflops"] for p in mine]),
+                          "median_direct_gflops": median1([p["direct_gflops"] for p in mine]),
+                          "median_pytorch_gflops": median1([p["pytorch_gflops"] for p in mine]),
+                          "median_ratio": round(ratio, 3),
+                          "median_vs_direct": round(statistics.median(p["vs_direct"] for p in mine), 3),
+                          "rounds": len(mine)}))
+    if medians:
+        print(json.dumps({"bench": "versus_pytorch_summary", "what": "gemm", "shapes": len(medians),
+                          "median_of_shape_ratios": round(statistics.median(medians), 3),
+                          "lowest_shape_ratio": round(min(medians), 3)}))
 
 
 def main():
@@ -61,13 +152,7 @@ def main():
     pairs = []
     for round_ in range(1, a.rounds + 1):
         if a.what == "gemm":
-            ours, theirs = cistern_gemm(a.cistern), pytorch_gemm(a.python)
-            for size in sorted(ours):
-                pair = {"bench": "versus_pytorch", "what": "gemm", "round": round_, "n": size,
-                        "cistern_gflops": ours[size], "pytorch_gflops": theirs.get(size),
-                        "ratio": round(ours[size] / theirs[size], 3) if theirs.get(size) else None}
-                pairs.append(pair)
-                print(json.dumps(pair), flush=True)
+            gemm_round(a, round_, pairs)
         else:
             ours, theirs = cistern_optim(a.cistern, a.what), pytorch_optim(a.python, a.what)
             pair = {"bench": "versus_pytorch", "what": a.what, "round": round_,
@@ -76,11 +161,7 @@ def main():
             pairs.append(pair)
             print(json.dumps(pair), flush=True)
     if a.what == "gemm":
-        for size in sorted({p["n"] for p in pairs}):
-            ratios = [p["ratio"] for p in pairs if p["n"] == size and p["ratio"]]
-            print(json.dumps({"bench": "versus_pytorch_summary", "what": "gemm", "n": size,
-                              "median_ratio": round(statistics.median(ratios), 3),
-                              "rounds": len(ratios)}))
+        gemm_summary(pairs)
     else:
         speedups = [p["speedup"] for p in pairs]
         print(json.dumps({"bench": "versus_pytorch_summary", "what": a.what,

@@ -1,10 +1,17 @@
 //! Matrix product with a fused bias + activation epilogue.
+//!
+//! The product itself runs in a GEMM crate chosen once per process for the
+//! CPU's widest vector unit ([`GemmKernel::chosen`]); the epilogue is ours.
+
+mod kernel;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::parallel::MIN_PARALLEL;
 use crate::{Activation, KernelError};
+
+pub use kernel::GemmKernel;
 
 /// The shape and options of `C = act(op(A)·op(B) + bias)`, all row-major:
 /// `op(A)` is `m×k` (A is stored `k×m` when `transpose_a`), `op(B)` is
@@ -32,9 +39,25 @@ fn product(field: &str, a: usize, b: usize) -> Result<usize, KernelError> {
         .ok_or_else(|| KernelError::invalid(field, format!("{a}×{b} overflows")))
 }
 
-/// `C ← act(op(A)·op(B) + bias)`. The product runs in `matrixmultiply`'s
-/// sgemm (threaded); bias and activation then take one parallel pass over C.
+/// `C ← act(op(A)·op(B) + bias)`, with the kernel [`GemmKernel::chosen`]
+/// for this CPU. The product is threaded on rayon's pool, shared with every
+/// other CPU kernel; bias and activation then take one pass over C.
 pub fn gemm(
+    spec: &GemmSpec,
+    a: &[f32],
+    b: &[f32],
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+) -> Result<(), KernelError> {
+    gemm_with(GemmKernel::chosen(), spec, a, b, bias, c)
+}
+
+/// [`gemm`] with the product forced onto `kernel`, whichever the CPU would
+/// choose: for tests and benchmarks that compare the kernels. Every kernel
+/// runs on every CPU (each crate picks its own instructions); only its
+/// speed differs. Errors as [`gemm`].
+pub fn gemm_with(
+    kernel: GemmKernel,
     spec: &GemmSpec,
     a: &[f32],
     b: &[f32],
@@ -51,31 +74,10 @@ pub fn gemm(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    // Strides of the logical op(A) (m×k) and op(B) (k×n) over their storage.
-    // All fit in isize: each is at most a checked buffer length.
-    let (rsa, csa) = if spec.transpose_a { (1, m) } else { (k, 1) };
-    let (rsb, csb) = if spec.transpose_b { (1, k) } else { (n, 1) };
-    // SAFETY: the lengths of a, b and c were checked against m, n, k above,
-    // so every element sgemm addresses through these strides is in bounds;
-    // c is exclusively borrowed; with beta = 0, C's old contents are ignored
-    // (and k = 0 just zeroes C).
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            rsa as isize,
-            csa as isize,
-            b.as_ptr(),
-            rsb as isize,
-            csb as isize,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
+    if k == 0 {
+        c.fill(0.0);
+    } else {
+        kernel.product(spec, a, b, c);
     }
     epilogue(spec.activation, bias, n, c);
     Ok(())

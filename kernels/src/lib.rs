@@ -26,7 +26,7 @@ pub use cistern_optim::Segment;
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
 pub use erf::{erf, erfc};
 pub use error::KernelError;
-pub use gemm::{GemmSpec, gemm};
+pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_with};
 pub use optimizer::{
     StepContext, StepOutcome, adagrad_step, adam_step, adamw_step, amp_unscale, lamb_step,
     optimizer_step, rmsprop_step, sgd_step,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use cistern_kernels::{Activation, GemmSpec, KernelError, gemm};
+use cistern_kernels::{Activation, GemmKernel, GemmSpec, KernelError, gemm, gemm_with};
 use cistern_memory::SplitMix64;
 
 fn activate(activation: Activation, x: f64) -> f64 {
@@ -31,47 +31,74 @@ fn activate(activation: Activation, x: f64) -> f64 {
     }
 }
 
-/// Checks `gemm` against a naive triple loop; returns nothing, panics with
-/// the offending case.
-fn check(spec: GemmSpec, with_bias: bool, rng: &mut SplitMix64) {
+/// `op(A)[i][p]` and `op(B)[p][j]` of a spec over row-major storage.
+fn at(spec: &GemmSpec, a: &[f32], b: &[f32], i: usize, p: usize, j: usize) -> (f64, f64) {
+    let GemmSpec { m, n, k, .. } = *spec;
+    let a_ip = if spec.transpose_a {
+        a[p * m + i]
+    } else {
+        a[i * k + p]
+    };
+    let b_pj = if spec.transpose_b {
+        b[j * k + p]
+    } else {
+        b[p * n + j]
+    };
+    (f64::from(a_ip), f64::from(b_pj))
+}
+
+/// The f64 reference of every element of C, and the sum of the magnitudes
+/// of its terms (the scale of f32 rounding error).
+fn reference(spec: &GemmSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> Vec<(f64, f64)> {
+    let GemmSpec { m, n, k, .. } = *spec;
+    let mut out = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = bias.map_or(0.0, |bias| f64::from(bias[j]));
+            let mut magnitude = sum.abs();
+            for p in 0..k {
+                let (a_ip, b_pj) = at(spec, a, b, i, p, j);
+                sum += a_ip * b_pj;
+                magnitude += (a_ip * b_pj).abs();
+            }
+            out.push((activate(spec.activation, sum), magnitude));
+        }
+    }
+    out
+}
+
+/// Runs `kernel` on random data (C starts as NaN, so a kernel that reads
+/// it fails) and compares every element with the f64 reference.
+fn check(kernel: GemmKernel, spec: GemmSpec, with_bias: bool, rng: &mut SplitMix64) {
     let GemmSpec { m, n, k, .. } = spec;
     let a = rng.symmetric_f32s(m * k);
     let b = rng.symmetric_f32s(k * n);
     let bias = rng.symmetric_f32s(n);
+    let bias = with_bias.then_some(&bias[..]);
     let mut c = vec![f32::NAN; m * n];
-    gemm(&spec, &a, &b, with_bias.then_some(&bias[..]), &mut c).unwrap();
-    let a_at = |i: usize, p: usize| {
-        if spec.transpose_a {
-            a[p * m + i]
-        } else {
-            a[i * k + p]
-        }
-    };
-    let b_at = |p: usize, j: usize| {
-        if spec.transpose_b {
-            b[j * k + p]
-        } else {
-            b[p * n + j]
-        }
-    };
-    for i in 0..m {
-        for j in 0..n {
-            let mut sum = if with_bias { f64::from(bias[j]) } else { 0.0 };
-            let mut magnitude = sum.abs();
-            for p in 0..k {
-                let term = f64::from(a_at(i, p)) * f64::from(b_at(p, j));
-                sum += term;
-                magnitude += term.abs();
-            }
-            let want = activate(spec.activation, sum);
-            let got = f64::from(c[i * n + j]);
-            // f32 accumulation error grows with the sum of |terms|.
-            let bound = 1e-5 * (magnitude + 1.0);
-            assert!(
-                (got - want).abs() <= bound,
-                "{spec:?} bias={with_bias} at ({i},{j}): {got} vs {want}"
-            );
-        }
+    gemm_with(kernel, &spec, &a, &b, bias, &mut c).unwrap();
+    for (index, (&got, &(want, magnitude))) in
+        c.iter().zip(&reference(&spec, &a, &b, bias)).enumerate()
+    {
+        // f32 accumulation error grows with the sum of |terms|.
+        let bound = 1e-5 * (magnitude + 1.0);
+        assert!(
+            (f64::from(got) - want).abs() <= bound,
+            "{kernel:?} {spec:?} bias={with_bias} at ({},{}): {got} vs {want}",
+            index / n,
+            index % n
+        );
+    }
+}
+
+fn spec(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
+    GemmSpec {
+        m,
+        n,
+        k,
+        transpose_a,
+        transpose_b,
+        activation: Activation::Identity,
     }
 }
 
@@ -87,8 +114,10 @@ const ACTIVATIONS: [Activation; 7] = [
     Activation::Sigmoid,
 ];
 
+const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+
 #[test]
-fn gemm_matches_a_naive_product_for_every_transpose_activation_and_bias() {
+fn every_kernel_matches_the_reference_for_every_transpose_activation_and_bias() {
     let mut rng = SplitMix64::new(21);
     let shapes = [
         (1, 1, 1),
@@ -97,20 +126,16 @@ fn gemm_matches_a_naive_product_for_every_transpose_activation_and_bias() {
         (65, 31, 130),
         (2, 129, 3),
     ];
-    for (m, n, k) in shapes {
-        for transpose_a in [false, true] {
-            for transpose_b in [false, true] {
+    for kernel in GemmKernel::ALL {
+        for (m, n, k) in shapes {
+            for (transpose_a, transpose_b) in TRANSPOSES {
                 for activation in ACTIVATIONS {
                     for with_bias in [false, true] {
                         let spec = GemmSpec {
-                            m,
-                            n,
-                            k,
-                            transpose_a,
-                            transpose_b,
                             activation,
+                            ..spec(m, n, k, transpose_a, transpose_b)
                         };
-                        check(spec, with_bias, &mut rng);
+                        check(kernel, spec, with_bias, &mut rng);
                     }
                 }
             }
@@ -119,19 +144,114 @@ fn gemm_matches_a_naive_product_for_every_transpose_activation_and_bias() {
 }
 
 #[test]
-fn gemm_large_enough_for_a_parallel_epilogue_matches_the_reference() {
-    let mut rng = SplitMix64::new(22);
-    for transpose_a in [false, true] {
-        let spec = GemmSpec {
-            m: 301,
-            n: 131,
-            k: 19,
-            transpose_a,
-            transpose_b: !transpose_a,
-            activation: Activation::Gelu,
-        };
-        check(spec, true, &mut rng);
+fn every_kernel_matches_the_reference_at_primes_and_sizes_off_tile_boundaries() {
+    let mut rng = SplitMix64::new(23);
+    // Around the crates' micro-tiles (8, 16, 48 rows; 4, 8, 16 columns),
+    // primes, vector shapes, and a k past one cache block.
+    let shapes = [
+        (1, 1, 37),
+        (1, 97, 13),
+        (97, 1, 13),
+        (7, 11, 13),
+        (15, 17, 16),
+        (16, 16, 16),
+        (47, 49, 5),
+        (48, 48, 48),
+        (49, 15, 63),
+        (31, 37, 41),
+        (101, 67, 103),
+        (33, 9, 601),
+    ];
+    for kernel in GemmKernel::ALL {
+        for (m, n, k) in shapes {
+            for (transpose_a, transpose_b) in TRANSPOSES {
+                check(
+                    kernel,
+                    spec(m, n, k, transpose_a, transpose_b),
+                    true,
+                    &mut rng,
+                );
+            }
+        }
     }
+}
+
+#[test]
+fn every_kernel_matches_the_reference_on_shapes_large_enough_to_thread() {
+    let mut rng = SplitMix64::new(22);
+    // Split by rows (m > n) and by columns (n ≥ m), with ragged last blocks.
+    for (m, n, k) in [(301, 131, 67), (67, 301, 131)] {
+        for kernel in GemmKernel::ALL {
+            for (transpose_a, transpose_b) in TRANSPOSES {
+                let spec = GemmSpec {
+                    activation: Activation::Gelu,
+                    ..spec(m, n, k, transpose_a, transpose_b)
+                };
+                check(kernel, spec, true, &mut rng);
+            }
+        }
+    }
+}
+
+#[test]
+fn nan_and_infinity_in_the_inputs_reach_the_elements_they_touch() {
+    let mut rng = SplitMix64::new(24);
+    let (m, n, k) = (37, 29, 53);
+    for kernel in GemmKernel::ALL {
+        for (transpose_a, transpose_b) in TRANSPOSES {
+            let spec = spec(m, n, k, transpose_a, transpose_b);
+            let mut a = rng.symmetric_f32s(m * k);
+            let mut b = rng.symmetric_f32s(k * n);
+            // A NaN poisons a row of C; an infinity a column (or a NaN where
+            // it meets a zero or another infinity of the other sign).
+            a[5 * k + 3] = f32::NAN;
+            b[17] = f32::INFINITY;
+            b[7 * n + 2] = f32::NEG_INFINITY;
+            a[11] = 0.0;
+            let bias = rng.symmetric_f32s(n);
+            let mut c = vec![0.0; m * n];
+            gemm_with(kernel, &spec, &a, &b, Some(&bias), &mut c).unwrap();
+            let want = reference(&spec, &a, &b, Some(&bias));
+            assert!(want.iter().any(|w| w.0.is_nan()) && want.iter().any(|w| w.0.is_infinite()));
+            for (index, (&got, &(want, magnitude))) in c.iter().zip(&want).enumerate() {
+                let at = (index / n, index % n);
+                if want.is_nan() || want.is_infinite() {
+                    assert!(
+                        got.is_nan() == want.is_nan() && (got.is_nan() || f64::from(got) == want),
+                        "{kernel:?} {spec:?} at {at:?}: {got} vs {want}"
+                    );
+                } else {
+                    let bound = 1e-5 * (magnitude + 1.0);
+                    assert!(
+                        (f64::from(got) - want).abs() <= bound,
+                        "{kernel:?} at {at:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_chosen_kernel_follows_the_cpus_widest_vector_unit() {
+    let bits = GemmKernel::cpu_vector_bits();
+    assert!([32, 128, 256, 512].contains(&bits), "{bits}");
+    assert_eq!(GemmKernel::chosen(), GemmKernel::for_vector_bits(bits));
+    assert_eq!(GemmKernel::for_vector_bits(512), GemmKernel::Gemm);
+    assert_eq!(GemmKernel::for_vector_bits(256), GemmKernel::Gemm);
+    assert_eq!(GemmKernel::for_vector_bits(128), GemmKernel::MatrixMultiply);
+    assert_eq!(GemmKernel::for_vector_bits(32), GemmKernel::MatrixMultiply);
+}
+
+#[test]
+fn gemm_runs_the_chosen_kernel() {
+    let mut rng = SplitMix64::new(25);
+    let spec = spec(19, 23, 29, true, false);
+    let (a, b) = (rng.symmetric_f32s(19 * 29), rng.symmetric_f32s(29 * 23));
+    let (mut chosen, mut plain) = (vec![0.0; 19 * 23], vec![0.0; 19 * 23]);
+    gemm_with(GemmKernel::chosen(), &spec, &a, &b, None, &mut chosen).unwrap();
+    gemm(&spec, &a, &b, None, &mut plain).unwrap();
+    assert_eq!(chosen, plain);
 }
 
 #[test]

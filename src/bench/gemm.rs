@@ -1,61 +1,90 @@
-//! `cistern bench gemm`: square single-precision matrix products through
-//! the server (`Kernel::Gemm`, no transpose, no bias), against the GEMM
-//! crate called directly on host buffers in the same run.
+//! `cistern bench gemm`: single-precision matrix products through the
+//! server (`Kernel::Gemm`, no bias), against the chosen GEMM crate called
+//! directly on host buffers in the same run.
 //!
-//! It first prints the cores' measured FMA peak (`bench::peak`), the
-//! ceiling no GEMM can pass. The direct reference is one `matrixmultiply::sgemm` call on the same
-//! row-major host matrices. Server and direct samples alternate so both see
-//! the same load; each server sample is a launch followed by a wait on its
-//! token.
+//! It first prints the cores' FMA peak at their widest vector
+//! (`bench::peak`), the ceiling no GEMM can pass. Then, per shape: the
+//! squares 512³, 1024³, 2048³ and the six products of an MLP 784-1024-1024-10
+//! at batch 256 (forward, weight gradients with A transposed, input
+//! gradients with B transposed). The direct reference is one call of the
+//! crate behind [`GemmKernel::chosen`] on the same row-major host matrices;
+//! the other kernel, forced through `gemm_with`, shows what the choice is
+//! worth. Samples of the three alternate so all see the same load; each
+//! server sample is a launch followed by a wait on its token.
 
 use std::time::Instant;
 
 use cistern_client::ComputeClient;
-use cistern_kernels::GemmSpec;
+use cistern_kernels::{GemmKernel, GemmSpec, gemm_with};
 use cistern_memory::SplitMix64;
 use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
 
 use super::optim::{median, print_line};
 
-/// The sizes measured (m = n = k) and the samples taken of each.
-const SIZES: [(usize, usize); 3] = [(512, 60), (1024, 20), (2048, 8)];
+/// The shapes measured: (m, n, k, transpose_a, transpose_b).
+const SHAPES: [(usize, usize, usize, bool, bool); 9] = [
+    (512, 512, 512, false, false),
+    (1024, 1024, 1024, false, false),
+    (2048, 2048, 2048, false, false),
+    // MLP 784-1024-1024-10, batch 256: forward (X·W).
+    (256, 1024, 784, false, false),
+    (256, 1024, 1024, false, false),
+    // Weight gradients (Xᵀ·dY).
+    (784, 1024, 256, true, false),
+    (1024, 1024, 256, true, false),
+    // Input gradients (dY·Wᵀ).
+    (256, 784, 1024, false, true),
+    (256, 1024, 1024, false, true),
+];
 const WARMUP: usize = 2;
+/// Samples per shape: about this many flops' worth, within the bounds below.
+const FLOPS_PER_SHAPE: f64 = 3e10;
+const MIN_SAMPLES: usize = 8;
+const MAX_SAMPLES: usize = 60;
 
-/// Runs the benchmark and prints one JSON line per size.
+/// Runs the benchmark and prints one JSON line for the peak and one per shape.
 pub fn run() -> Result<(), String> {
-    let largest = SIZES.iter().map(|&(size, _)| size).max().unwrap_or(0) as u64;
-    let limit = 4 * 3 * largest * largest * 2;
+    let largest = SHAPES
+        .iter()
+        .map(|&(m, n, k, ..)| (m * k + k * n + m * n) as u64)
+        .max()
+        .unwrap_or(0);
+    let limit = 4 * 2 * largest;
     let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(limit))
         .map_err(|e| format!("cannot open cpu:0: {e}"))?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let peak = super::peak::fma_peak_gflops(threads);
+    let peak = super::peak::fma_peak(threads);
     print_line(serde_json::json!({
         "bench": "fma_peak",
         "threads": threads,
-        "gflops": peak.map(|g| (g * 10.0).round() / 10.0),
+        "vector_bits": peak.map(|p| p.vector_bits),
+        "gflops": peak.map(|p| round1(p.gflops)),
     }));
     let mut rng = SplitMix64::new(0x6E33);
-    for (size, samples) in SIZES {
-        measure(&client, &mut rng, size, samples)?;
+    for (m, n, k, transpose_a, transpose_b) in SHAPES {
+        let spec = GemmSpec {
+            m,
+            n,
+            k,
+            transpose_a,
+            transpose_b,
+            ..Default::default()
+        };
+        measure(&client, &mut rng, &spec)?;
     }
     Ok(())
 }
 
-fn measure(
-    client: &ComputeClient,
-    rng: &mut SplitMix64,
-    size: usize,
-    samples: usize,
-) -> Result<(), String> {
-    let spec = GemmSpec {
-        m: size,
-        n: size,
-        k: size,
-        ..Default::default()
-    };
-    let a = rng.non_zero_f32s(size * size, 1.0);
-    let b = rng.non_zero_f32s(size * size, 1.0);
-    let mut c = vec![0.0f32; size * size];
+fn measure(client: &ComputeClient, rng: &mut SplitMix64, spec: &GemmSpec) -> Result<(), String> {
+    let GemmSpec { m, n, k, .. } = *spec;
+    let kernel = GemmKernel::chosen();
+    let other = GemmKernel::ALL
+        .into_iter()
+        .find(|&other| other != kernel)
+        .unwrap_or(kernel);
+    let a = rng.non_zero_f32s(m * k, 1.0);
+    let b = rng.non_zero_f32s(k * n, 1.0);
+    let mut c = vec![0.0f32; m * n];
     let upload = |values: &[f32]| {
         client
             .upload_f32(values)
@@ -63,7 +92,7 @@ fn measure(
     };
     let (da, db, dc) = (upload(&a)?, upload(&b)?, upload(&c)?);
     let stream = client.default_stream();
-    let launch = KernelLaunch::gemm(spec, da.whole(), db.whole(), None, dc.whole());
+    let launch = KernelLaunch::gemm(*spec, da.whole(), db.whole(), None, dc.whole());
 
     let served = || -> Result<f64, String> {
         let start = Instant::now();
@@ -75,58 +104,125 @@ fn measure(
     };
     let mut direct = || -> Result<f64, String> {
         let start = Instant::now();
-        direct_sgemm(size, &a, &b, &mut c);
+        direct_product(kernel, spec, &a, &b, &mut c)?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+    let mut c_other = vec![0.0f32; m * n];
+    let mut forced = || -> Result<f64, String> {
+        let start = Instant::now();
+        gemm_with(other, spec, &a, &b, None, &mut c_other).map_err(|e| format!("gemm: {e}"))?;
         Ok(start.elapsed().as_secs_f64())
     };
     for _ in 0..WARMUP {
         served()?;
         direct()?;
+        forced()?;
     }
-    let mut server_samples = Vec::with_capacity(samples);
-    let mut direct_samples = Vec::with_capacity(samples);
+    let flops = 2.0 * (m * n * k) as f64;
+    let samples = ((FLOPS_PER_SHAPE / flops) as usize).clamp(MIN_SAMPLES, MAX_SAMPLES);
+    let (mut server_samples, mut direct_samples, mut other_samples) = (vec![], vec![], vec![]);
     for _ in 0..samples {
         server_samples.push(served()?);
         direct_samples.push(direct()?);
+        other_samples.push(forced()?);
     }
-    let flops = 2.0 * (size as f64).powi(3);
     let gflops = flops / median(&mut server_samples) / 1e9;
     let direct_gflops = flops / median(&mut direct_samples) / 1e9;
+    let other_gflops = flops / median(&mut other_samples) / 1e9;
     print_line(serde_json::json!({
         "bench": "gemm",
-        "m": size,
-        "n": size,
-        "k": size,
-        "gflops": (gflops * 10.0).round() / 10.0,
-        "direct_gflops": (direct_gflops * 10.0).round() / 10.0,
+        "kernel": kernel.name(),
+        "vector_bits": GemmKernel::cpu_vector_bits(),
+        "m": m,
+        "n": n,
+        "k": k,
+        "transpose_a": spec.transpose_a,
+        "transpose_b": spec.transpose_b,
+        "gflops": round1(gflops),
+        "direct_gflops": round1(direct_gflops),
         "vs_direct": (gflops / direct_gflops * 1000.0).round() / 1000.0,
+        "other_kernel": other.name(),
+        "other_gflops": round1(other_gflops),
     }));
     Ok(())
 }
 
-/// `c = a · b` for row-major `size × size` matrices, by the GEMM crate itself.
-fn direct_sgemm(size: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    let cells = size * size;
-    assert!(a.len() >= cells && b.len() >= cells && c.len() >= cells);
-    let row = size as isize;
-    // SAFETY: the three slices hold `size × size` elements (asserted above),
-    // the strides describe row-major matrices within them, and `c` does not
-    // alias `a` or `b` (distinct borrows).
-    unsafe {
-        matrixmultiply::sgemm(
-            size,
-            size,
-            size,
-            1.0,
-            a.as_ptr(),
-            row,
-            1,
-            b.as_ptr(),
-            row,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            row,
-            1,
-        );
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// `c = op(a)·op(b)` by the crate behind `kernel` itself, as one call with
+/// its own threading: the `gemm` crate on rayon's pool, `matrixmultiply`
+/// on the calling thread (it has no threads of its own without its
+/// `threading` feature, which Cistern leaves off).
+fn direct_product(
+    kernel: GemmKernel,
+    spec: &GemmSpec,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+) -> Result<(), String> {
+    let GemmSpec { m, n, k, .. } = *spec;
+    if a.len() != m * k || b.len() != k * n || c.len() != m * n || m * n * k == 0 {
+        return Err(format!("direct gemm: buffers do not match {spec:?}"));
     }
+    // Strides of op(A) (m×k) and op(B) (k×n) over their row-major storage.
+    let (a_row, a_col) = if spec.transpose_a { (1, m) } else { (k, 1) };
+    let (b_row, b_col) = if spec.transpose_b { (1, k) } else { (n, 1) };
+    let (a_row, a_col, b_row, b_col) = (
+        a_row as isize,
+        a_col as isize,
+        b_row as isize,
+        b_col as isize,
+    );
+    match kernel {
+        // SAFETY: the three slices hold op(A), op(B) and C exactly (checked
+        // above), the strides address those matrices within them, and `c`
+        // does not alias `a` or `b` (distinct borrows).
+        // The crate wants a column-major destination: Cᵀ = op(B)ᵀ·op(A)ᵀ,
+        // as the `gemm` facade computes a row-major C.
+        GemmKernel::Gemm => unsafe {
+            gemm_f32::gemm::f32::get_gemm_fn()(
+                n,
+                m,
+                k,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+                false,
+                b.as_ptr(),
+                b_row,
+                b_col,
+                a.as_ptr(),
+                a_row,
+                a_col,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm_common::Parallelism::Rayon(0),
+            )
+        },
+        // SAFETY: as above.
+        GemmKernel::MatrixMultiply => unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                a_row,
+                a_col,
+                b.as_ptr(),
+                b_row,
+                b_col,
+                0.0,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+            )
+        },
+    }
+    Ok(())
 }

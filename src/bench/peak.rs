@@ -1,44 +1,90 @@
 //! The machine's single-precision FMA peak, measured: independent fused
-//! multiply-adds on every core, no memory traffic. `bench gemm` prints it so
-//! its GFLOP/s read against what the cores can do at all in the same run.
+//! multiply-adds on every core, no memory traffic, at the widest vector the
+//! CPU has (AVX-512 where present, else AVX2 + FMA). `bench gemm` prints it
+//! so its GFLOP/s read against what the cores can do at all in the same run.
 
 use std::time::Instant;
 
-/// Vector FMAs per thread per measurement (each is 8 lanes × 2 flops).
-const ITERATIONS: u64 = 100_000_000;
-/// Independent accumulators: enough to cover the FMA latency on two pipes.
+/// Vector FMAs per chain per thread in one measurement.
+const ITERATIONS: u64 = 50_000_000;
+/// Independent accumulators: enough to cover the FMA latency (4 cycles) on
+/// two FMA pipes with room to spare.
 const CHAINS: usize = 12;
 
-/// GFLOP/s of 256-bit FMAs on `threads` threads, or `None` without AVX2/FMA.
-pub fn fma_peak_gflops(threads: usize) -> Option<f64> {
+/// A measured FMA peak.
+#[derive(Debug, Clone, Copy)]
+pub struct FmaPeak {
+    /// Single-precision GFLOP/s over all the threads (an FMA is 2 flops).
+    pub gflops: f64,
+    /// The width of the FMAs measured: 512 or 256.
+    pub vector_bits: u32,
+}
+
+/// The FMA peak on `threads` threads at the widest width the CPU supports,
+/// or `None` on a CPU without AVX2 + FMA.
+pub fn fma_peak(threads: usize) -> Option<FmaPeak> {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        let start = Instant::now();
-        let sums: Vec<f32> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    // SAFETY: AVX2 and FMA are present, checked just above.
-                    scope.spawn(|| unsafe { fma_chains(ITERATIONS) })
-                })
-                .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
-        let seconds = start.elapsed().as_secs_f64();
-        if sums.len() != threads || sums.iter().any(|s| !s.is_finite()) {
-            return None;
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F is present, checked just above.
+            return measure(threads, 512, || unsafe { chains_512(ITERATIONS) });
         }
-        let flops = ITERATIONS as f64 * CHAINS as f64 * 8.0 * 2.0 * threads as f64;
-        return Some(flops / seconds / 1e9);
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: AVX2 and FMA are present, checked just above.
+            return measure(threads, 256, || unsafe { chains_256(ITERATIONS) });
+        }
     }
     let _ = threads;
     None
+}
+
+/// Runs `chains` on `threads` threads at once; the sums are checked so the
+/// work cannot be optimized away.
+#[cfg(target_arch = "x86_64")]
+fn measure(threads: usize, vector_bits: u32, chains: fn() -> f32) -> Option<FmaPeak> {
+    let start = Instant::now();
+    let sums: Vec<f32> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads).map(|_| scope.spawn(chains)).collect();
+        handles.into_iter().filter_map(|h| h.join().ok()).collect()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    if sums.len() != threads || sums.iter().any(|s| !s.is_finite()) {
+        return None;
+    }
+    let lanes = f64::from(vector_bits / 32);
+    let flops = ITERATIONS as f64 * CHAINS as f64 * lanes * 2.0 * threads as f64;
+    Some(FmaPeak {
+        gflops: flops / seconds / 1e9,
+        vector_bits,
+    })
+}
+
+/// # Safety
+/// The CPU must support AVX-512F.
+// AVX-512 intrinsics are stable from 1.89, which this package needs anyway
+// through cistern-kernels (gemm-f32's x86-v4 kernels).
+#[clippy::msrv = "1.89"]
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn chains_512(iterations: u64) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_set1_ps(0.0); CHAINS];
+    let a = _mm512_set1_ps(0.999_999);
+    let b = _mm512_set1_ps(1e-7);
+    for _ in 0..iterations {
+        for x in acc.iter_mut() {
+            *x = _mm512_fmadd_ps(*x, a, b);
+        }
+    }
+    acc.iter().map(|&x| _mm512_reduce_add_ps(x)).sum()
 }
 
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn fma_chains(iterations: u64) -> f32 {
+unsafe fn chains_256(iterations: u64) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_set1_ps(0.0); CHAINS];
     let a = _mm256_set1_ps(0.999_999);
@@ -62,8 +108,9 @@ unsafe fn fma_chains(iterations: u64) -> f32 {
 mod tests {
     #[test]
     fn the_peak_is_positive_where_it_can_be_measured() {
-        if let Some(gflops) = super::fma_peak_gflops(1) {
-            assert!(gflops > 0.0 && gflops.is_finite());
+        if let Some(peak) = super::fma_peak(1) {
+            assert!(peak.gflops > 0.0 && peak.gflops.is_finite());
+            assert!(peak.vector_bits == 512 || peak.vector_bits == 256);
         }
     }
 }

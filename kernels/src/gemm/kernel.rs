@@ -1,0 +1,279 @@
+//! Which GEMM crate runs the product, chosen once per process from the
+//! CPU's widest vector unit.
+//!
+//! Both crates pick their own micro-kernels from the CPU's features (the
+//! `gemm` crate: AVX-512 with its `x86-v4` feature, AVX2 + FMA, scalar;
+//! `matrixmultiply`: AVX-512, AVX2 + FMA, AVX, NEON, portable). Which crate
+//! is faster at a given width was measured (`docs/benchmarks.md`, "GEMM"),
+//! and [`GemmKernel::for_vector_bits`] records the outcome.
+
+use std::sync::OnceLock;
+
+use rayon::prelude::*;
+
+use super::GemmSpec;
+
+/// Products smaller than this (m·n·k multiply-adds) run as one call: below
+/// it, waking the pool costs more than it saves.
+const PARALLEL_WORK: usize = 1 << 21;
+
+/// The fewest rows or columns of C one task gets.
+const MIN_BLOCK: usize = 64;
+/// A task's share of C's side is a multiple of this, so that only the last
+/// block ends in a partial micro-tile (the crates' tiles are 4 to 48 wide,
+/// 16 on the AVX-512 paths).
+const BLOCK_ALIGN: usize = 16;
+
+/// The implementation of the matrix product behind [`crate::gemm`]. Both
+/// run single-threaded on blocks of C, one block per rayon thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GemmKernel {
+    /// The `gemm` crate (`gemm-f32` 0.19, `x86-v4`): packed AVX-512 or
+    /// AVX2 + FMA micro-kernels.
+    Gemm,
+    /// `matrixmultiply`'s sgemm: micro-kernels for most instruction sets
+    /// (AVX-512 and AVX2 + FMA among them) and a portable one.
+    MatrixMultiply,
+}
+
+impl GemmKernel {
+    /// Every kernel, for tests and benchmarks that compare them.
+    pub const ALL: [GemmKernel; 2] = [GemmKernel::Gemm, GemmKernel::MatrixMultiply];
+
+    /// The kernel this CPU runs: [`Self::for_vector_bits`] of
+    /// [`Self::cpu_vector_bits`], decided on first use and then fixed.
+    pub fn chosen() -> GemmKernel {
+        static CHOSEN: OnceLock<GemmKernel> = OnceLock::new();
+        *CHOSEN.get_or_init(|| Self::for_vector_bits(Self::cpu_vector_bits()))
+    }
+
+    /// The faster kernel on a CPU whose widest FMA vector is `bits` wide:
+    /// the `gemm` crate at 512 and 256 bits, `matrixmultiply` (portable
+    /// kernels included) below.
+    pub fn for_vector_bits(bits: u32) -> GemmKernel {
+        if bits >= 256 {
+            GemmKernel::Gemm
+        } else {
+            GemmKernel::MatrixMultiply
+        }
+    }
+
+    /// The widest single-precision FMA vector this CPU has, in bits: 512
+    /// with AVX-512F, 256 with AVX2 + FMA, else 128 (SSE2, NEON) on x86-64
+    /// and aarch64 and 32 (scalar) elsewhere.
+    pub fn cpu_vector_bits() -> u32 {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return 512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return 256;
+            }
+            128
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            128
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            32
+        }
+    }
+
+    /// The crate's name, as benchmarks print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKernel::Gemm => "gemm",
+            GemmKernel::MatrixMultiply => "matrixmultiply",
+        }
+    }
+
+    /// `c ← op(a)·op(b)`. The caller has checked every length against
+    /// `spec`, and that m, n and k are non-zero.
+    pub(super) fn product(self, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+        let strides = Strides::of(spec);
+        debug_assert!(spec.m * spec.k == a.len() && spec.k * spec.n == b.len());
+        debug_assert!(spec.m * spec.n == c.len() && spec.k > 0);
+        match self {
+            GemmKernel::Gemm => gemm_crate(spec, &strides, a, b, c),
+            GemmKernel::MatrixMultiply => matrixmultiply(spec, &strides, a, b, c),
+        }
+    }
+}
+
+/// Element strides of the logical op(A) (m×k) and op(B) (k×n) over their
+/// row-major storage. Each is at most a checked buffer length, so fits in
+/// `isize`.
+struct Strides {
+    a_row: isize,
+    a_col: isize,
+    b_row: isize,
+    b_col: isize,
+}
+
+impl Strides {
+    fn of(spec: &GemmSpec) -> Strides {
+        let (m, n, k) = (spec.m as isize, spec.n as isize, spec.k as isize);
+        let (a_row, a_col) = if spec.transpose_a { (1, m) } else { (k, 1) };
+        let (b_row, b_col) = if spec.transpose_b { (1, k) } else { (n, 1) };
+        Strides {
+            a_row,
+            a_col,
+            b_row,
+            b_col,
+        }
+    }
+}
+
+/// A part of C that one task computes: `len` rows or columns from `start`.
+#[derive(Clone, Copy)]
+struct Block {
+    columns: bool,
+    start: usize,
+    len: usize,
+}
+
+/// Splits C into one block per rayon thread, along the longer of its two
+/// sides, and runs `block` on each: independent tasks with no barrier
+/// between them, so a core taken by another thread (a stream executor,
+/// another process) delays only its own share. Small products, and C too
+/// narrow to split, run as one call with `threads` set.
+fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
+    let GemmSpec { m, n, k, .. } = *spec;
+    let columns = n >= m;
+    let extent = if columns { n } else { m };
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let tasks = rayon::current_num_threads().min(extent / MIN_BLOCK);
+    if work < PARALLEL_WORK || tasks <= 1 {
+        let whole = Block {
+            columns,
+            start: 0,
+            len: extent,
+        };
+        return block(whole, work >= PARALLEL_WORK);
+    }
+    let share = extent.div_ceil(tasks).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+    (0..tasks).into_par_iter().for_each(|task| {
+        let start = task * share;
+        if start < extent {
+            let len = share.min(extent - start);
+            block(
+                Block {
+                    columns,
+                    start,
+                    len,
+                },
+                false,
+            );
+        }
+    });
+}
+
+/// A pointer that tasks share; each task touches only its own block.
+#[derive(Clone, Copy)]
+struct Shared<T>(T);
+// SAFETY: the tasks of one `split` read A and B and write disjoint blocks
+// of C; the borrows behind these pointers outlive the split.
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T: Copy> Shared<T> {
+    fn get(&self) -> T {
+        self.0
+    }
+}
+
+/// The sub-problem of a block: its (m, n), and the offsets of its first
+/// element of C, op(A) and op(B).
+fn sub_problem(spec: &GemmSpec, s: &Strides, block: Block) -> (usize, usize, usize, isize, isize) {
+    let start = block.start as isize;
+    if block.columns {
+        (spec.m, block.len, block.start, 0, start * s.b_col)
+    } else {
+        (block.len, spec.n, block.start * spec.n, start * s.a_row, 0)
+    }
+}
+
+fn gemm_crate(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (a, b, c) = (
+        Shared(a.as_ptr()),
+        Shared(b.as_ptr()),
+        Shared(c.as_mut_ptr()),
+    );
+    let ldc = spec.n as isize;
+    split(spec, |block, threaded| {
+        let (m, n, c_at, a_at, b_at) = sub_problem(spec, s, block);
+        let parallelism = if threaded {
+            gemm_common::Parallelism::Rayon(0)
+        } else {
+            gemm_common::Parallelism::None
+        };
+        // The crate's kernels want a column-major destination: C (row-major
+        // m×n) is computed as Cᵀ = op(B)ᵀ·op(A)ᵀ, column-major n×m, as the
+        // `gemm` facade does for a row-major C.
+        // SAFETY: the block's rows or columns of C, op(A) and op(B) lie in
+        // the buffers the caller checked against the spec (`sub_problem`
+        // offsets stay inside them); blocks of one split are disjoint, so
+        // no two tasks write the same element. With `read_dst = false` C's
+        // old contents are never read, so NaNs left in it cannot leak.
+        unsafe {
+            gemm_f32::gemm::f32::get_gemm_fn()(
+                n,
+                m,
+                spec.k,
+                c.get().add(c_at),
+                ldc,
+                1,
+                false,
+                b.get().offset(b_at),
+                s.b_row,
+                s.b_col,
+                a.get().offset(a_at),
+                s.a_row,
+                s.a_col,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism,
+            );
+        }
+    });
+}
+
+fn matrixmultiply(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
+    let (a, b, c) = (
+        Shared(a.as_ptr()),
+        Shared(b.as_ptr()),
+        Shared(c.as_mut_ptr()),
+    );
+    split(spec, |block, _| {
+        let (m, n, c_at, a_at, b_at) = sub_problem(spec, s, block);
+        // SAFETY: as in `gemm_crate`; matrixmultiply takes any strides, and
+        // with beta = 0 never reads C.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                spec.k,
+                n,
+                1.0,
+                a.get().offset(a_at),
+                s.a_row,
+                s.a_col,
+                b.get().offset(b_at),
+                s.b_row,
+                s.b_col,
+                0.0,
+                c.get().add(c_at),
+                spec.n as isize,
+                1,
+            );
+        }
+    });
+}
