@@ -19,6 +19,7 @@ mod gemm;
 mod optimizer;
 mod parallel;
 mod reduce;
+pub mod wgsl;
 
 pub use activation::{Activation, activation_backward, activation_forward};
 pub use catalogue::KernelId;

@@ -11,7 +11,7 @@ use crate::{DEFAULT_DRAIN_TIMEOUT, FaultPlan};
 pub enum Device {
     /// The host CPU; ordinal 0 is the only one present.
     Cpu(usize),
-    /// A wgpu adapter (Vulkan, Metal, DX12, GL); no backend is built yet.
+    /// A wgpu adapter (Vulkan, Metal, DX12), numbered as `list_devices` lists them.
     Wgpu(usize),
     /// A CUDA device; no backend is built yet.
     Cuda(usize),
@@ -51,15 +51,52 @@ pub struct DeviceInfo {
     pub default_memory_limit: u64,
 }
 
-/// Every device present: today the host CPU, always.
+/// Every device present: the host CPU, always, then each wgpu adapter
+/// (when built with the `wgpu` feature). Adapters are found once per process.
 pub fn list_devices() -> Vec<DeviceInfo> {
-    vec![DeviceInfo {
+    #[cfg_attr(not(feature = "wgpu"), allow(unused_mut))]
+    let mut devices = vec![DeviceInfo {
         device: Device::Cpu(0),
         name: "host CPU".to_string(),
         compute_units: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_bytes: host_memory_bytes(),
         default_memory_limit: default_cpu_memory_limit(),
-    }]
+    }];
+    #[cfg(feature = "wgpu")]
+    devices.extend(crate::backend::wgpu::list());
+    devices
+}
+
+/// A backend that lists no device, and why (no driver, not built).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbsentBackend {
+    /// The backend kind, as devices of it print (`wgpu`, `cuda`).
+    pub backend: String,
+    /// Why it lists no device.
+    pub reason: String,
+}
+
+/// Every backend kind with no device listed by [`list_devices`], with the reason.
+pub fn absent_backends() -> Vec<AbsentBackend> {
+    let absent = |backend: &str, reason: String| AbsentBackend {
+        backend: backend.to_string(),
+        reason,
+    };
+    let mut backends = Vec::new();
+    #[cfg(feature = "wgpu")]
+    if let Some(reason) = crate::backend::wgpu::absence() {
+        backends.push(absent("wgpu", reason));
+    }
+    #[cfg(not(feature = "wgpu"))]
+    backends.push(absent(
+        "wgpu",
+        "built without the `wgpu` feature".to_string(),
+    ));
+    backends.push(absent(
+        "cuda",
+        "the CUDA backend is not built yet".to_string(),
+    ));
+    backends
 }
 
 /// How to open a device.

@@ -1,10 +1,21 @@
 //! What every check shares: the devices to run on and small helpers.
 
 use cistern::client::ComputeClient;
-use cistern::runtime::{Device, DeviceOptions, ServerError, list_devices};
+use cistern::runtime::{Device, DeviceOptions, ServerError, absent_backends, list_devices};
 
-/// Every device present on this machine.
+/// Every device present on this machine. A missing wgpu adapter is said
+/// loudly (the checks then run on the others), and fails the run under
+/// `CISTERN_REQUIRE_WGPU=1` (CI, where lavapipe is installed).
 pub fn devices_present() -> Vec<Device> {
+    for absent in absent_backends().iter().filter(|a| a.backend == "wgpu") {
+        if std::env::var_os("CISTERN_REQUIRE_WGPU").is_some_and(|v| v == "1") {
+            panic!(
+                "CISTERN_REQUIRE_WGPU=1 but no wgpu device: {}",
+                absent.reason
+            );
+        }
+        eprintln!("SKIPPED on wgpu: {}", absent.reason);
+    }
     list_devices().into_iter().map(|info| info.device).collect()
 }
 

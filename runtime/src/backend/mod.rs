@@ -9,8 +9,12 @@
 //! [`stream::StreamDevice`] and [`stream::Resolver`].
 
 pub mod cpu;
+mod event;
+mod executors;
 mod launches;
 pub mod stream;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use launches::Launches;
 pub use stream::{Refused, StreamWork};

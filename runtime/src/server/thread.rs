@@ -10,13 +10,13 @@ use cistern_memory::MemoryConfig;
 
 use super::core::{Flow, ServerCore};
 use super::published::{DeviceState, PublishedState};
-use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, Completion};
 use crate::command::{Command, ServerId};
 use crate::device::default_cpu_memory_limit;
 use crate::fault::panic_message;
 use crate::sync::{
-    Answer, Condvar, InboxReceiver, InboxSender, Mutex, PATIENCE, Reply, Waited, inbox,
+    Answer, Condvar, InboxReceiver, InboxSender, Mutex, PATIENCE, Receiver, Reply, Waited, inbox,
     recv_patiently, reply_channel, unbounded,
 };
 use crate::{Device, DeviceOptions, ServerError};
@@ -34,33 +34,55 @@ const RECOVERY_TICK: Duration = Duration::from_millis(1);
 ///
 /// A device that is not present is `DeviceUnavailable`.
 pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, ServerError> {
+    let (completions, completed) = unbounded();
     match device {
         Device::Cpu(0) => {
-            let (completions, completed) = unbounded();
             let (backend, storage) = CpuBackend::new(0, completions);
-            let limit = options
-                .memory_limit
-                .unwrap_or_else(default_cpu_memory_limit);
-            let core = ServerCore::new(
-                next_server_id(),
+            start(
                 backend,
                 storage,
-                MemoryConfig::with_limit(limit),
+                default_cpu_memory_limit(),
                 completed,
-                options.faults,
-            )?
-            .with_drain_timeout(options.drain_timeout);
-            spawn(core)
+                options,
+            )
+        }
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu(ordinal) => {
+            let (backend, storage, limit) =
+                crate::backend::wgpu::WgpuBackend::open(ordinal, completions)?;
+            start(backend, storage, limit, completed, options)
         }
         other => Err(ServerError::DeviceUnavailable {
             device: other.to_string(),
             reason: match other {
                 Device::Cpu(_) => "only cpu:0 is present".to_string(),
-                Device::Wgpu(_) => "the wgpu backend is not built yet".to_string(),
+                Device::Wgpu(_) => "built without the `wgpu` feature".to_string(),
                 Device::Cuda(_) => "the CUDA backend is not built yet".to_string(),
             },
         }),
     }
+}
+
+/// Starts a server over `backend` and `storage`, whose memory limit is
+/// `default_limit` unless `options` configure one.
+fn start<B: Backend>(
+    backend: B,
+    storage: B::Storage,
+    default_limit: u64,
+    completed: Receiver<Completion>,
+    options: DeviceOptions,
+) -> Result<ServerHandle, ServerError> {
+    let limit = options.memory_limit.unwrap_or(default_limit);
+    let core = ServerCore::new(
+        next_server_id(),
+        backend,
+        storage,
+        MemoryConfig::with_limit(limit),
+        completed,
+        options.faults,
+    )?
+    .with_drain_timeout(options.drain_timeout);
+    spawn(core)
 }
 
 /// A fresh id for a server of this process.

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::binding_lists::SpentLists;
-use super::event::{CpuEvent, EventSignal};
 use super::kernels::{self, copy_bytes};
 use super::memory::HostSlice;
 use super::strided::strided_copy;
 use crate::backend::StrideLayout;
+use crate::backend::event::{EventSignal, HostEvent};
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, StreamDevice};
 
 /// What the CPU has run, shared by its streams.
@@ -33,7 +33,7 @@ pub(super) struct CpuStream {
 impl StreamDevice for CpuStream {
     type Slice = HostSlice;
     type Signal = EventSignal;
-    type Event = Arc<CpuEvent>;
+    type Event = Arc<HostEvent>;
 
     fn write(&mut self, target: &HostSlice, data: &[u8]) -> Result<(), KernelFault> {
         // SAFETY: the server checked the range and orders every stream's
@@ -88,7 +88,7 @@ impl StreamDevice for CpuStream {
         drop(signal);
     }
 
-    fn wait(&mut self, event: &Arc<CpuEvent>) {
+    fn wait(&mut self, event: &Arc<HostEvent>) {
         event.wait();
     }
 

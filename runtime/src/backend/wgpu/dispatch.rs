@@ -1,0 +1,272 @@
+//! `Dispatch`: one compute dispatch with its bindings and parameters, and
+//! the rules every launch follows to make them: a binding starts at an
+//! aligned offset with its first element `base` elements in, no binding is
+//! larger than the device's largest storage binding (element-wise work is
+//! cut into chunks of bindings), and a 1D grid past the per-dimension limit
+//! is folded into two dimensions.
+
+use std::num::NonZeroU64;
+
+use ::wgpu::util::DeviceExt;
+
+use super::context::GpuContext;
+use super::pipelines::{Entry, TABLE_BINDING};
+use super::slice::GpuSlice;
+use crate::ServerError;
+use crate::backend::stream::LaunchError;
+
+/// Invocations per workgroup of every 1D entry point.
+pub(super) const WORKGROUP: u64 = 256;
+
+/// The parameters of one dispatch, as the prelude's `Params` reads them:
+/// `u[0]` the elements, `u[1..=6]` each binding's base, `u[7]` an op code.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Params {
+    pub(super) u: [u32; 16],
+    pub(super) f: [f32; 16],
+}
+
+impl Params {
+    /// Parameters with op code `op` and the floats `floats` from `f[0]`.
+    pub(super) fn new(op: u32, floats: &[f32]) -> Self {
+        let mut params = Params::default();
+        params.u[7] = op;
+        for (slot, value) in params.f.iter_mut().zip(floats) {
+            *slot = *value;
+        }
+        params
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(128);
+        self.u.iter().for_each(|u| bytes.extend(u.to_le_bytes()));
+        self.f.iter().for_each(|f| bytes.extend(f.to_le_bytes()));
+        bytes
+    }
+}
+
+/// A bound range: the buffer from an aligned offset.
+#[derive(Clone, Debug)]
+pub(super) struct Window {
+    buffer: ::wgpu::Buffer,
+    offset: u64,
+    size: u64,
+    /// Elements from the bound offset to the slice's first one.
+    base: u32,
+}
+
+/// One compute dispatch, ready to encode.
+#[derive(Debug)]
+pub(super) struct Dispatch {
+    pub(super) entry: Entry,
+    pub(super) windows: Vec<Window>,
+    pub(super) table: Option<::wgpu::Buffer>,
+    pub(super) params: Params,
+    pub(super) groups: [u32; 3],
+}
+
+/// A launch that cannot run here: refused, nothing ran.
+pub(super) fn unsupported(what: impl Into<String>) -> ServerError {
+    ServerError::UnsupportedOperation {
+        operation: what.into(),
+    }
+}
+
+impl GpuContext {
+    /// The window binding all of `slice`, if it fits one binding.
+    pub(super) fn window(&self, slice: &GpuSlice) -> Result<Window, ServerError> {
+        let window = self.window_of(slice);
+        if window.size > self.max_binding {
+            return Err(unsupported(format!(
+                "a binding of {} bytes on a device whose largest storage binding is {} bytes",
+                slice.size, self.max_binding
+            )));
+        }
+        Ok(window)
+    }
+
+    fn window_of(&self, slice: &GpuSlice) -> Window {
+        if slice.size == 0 {
+            return self.zero_window();
+        }
+        let offset = slice.offset & !(self.offset_alignment - 1);
+        let lead = slice.offset - offset;
+        let size = (lead + slice.size).next_multiple_of(4);
+        Window {
+            buffer: slice.buffer.clone(),
+            offset,
+            size,
+            base: (lead / 4) as u32,
+        }
+    }
+
+    /// The window of an absent buffer: zeros, never written.
+    pub(super) fn zero_window(&self) -> Window {
+        Window {
+            buffer: self.zero.clone(),
+            offset: 0,
+            size: 16,
+            base: 0,
+        }
+    }
+
+    /// Elements per chunk of element-wise work: one binding's worth.
+    pub(super) fn chunk_elements(&self) -> u64 {
+        let usable = self.max_binding.saturating_sub(self.offset_alignment) / 4;
+        (usable / WORKGROUP * WORKGROUP).max(WORKGROUP)
+    }
+
+    /// Workgroups for `items` work items of a 1D entry point, folded into
+    /// two dimensions past the per-dimension limit.
+    pub(super) fn groups_for(&self, items: u64) -> Result<[u32; 3], ServerError> {
+        let groups = items.div_ceil(WORKGROUP).max(1);
+        let limit = u64::from(self.max_groups);
+        let (x, y) = if groups <= limit {
+            (groups, 1)
+        } else {
+            (limit, groups.div_ceil(limit))
+        };
+        match (u32::try_from(x), u32::try_from(y)) {
+            (Ok(x), Ok(y)) if y <= self.max_groups => Ok([x, y, 1]),
+            _ => Err(unsupported(format!("a grid of {groups} workgroups"))),
+        }
+    }
+
+    /// Dispatches of `entry` over `n` elements of `chunked` slices (each of
+    /// at least `n` elements), in chunks of one binding each; `whole`
+    /// slices are bound entire after them (a flag), and `params` gets the
+    /// chunk's element count and bases.
+    pub(super) fn elementwise(
+        &self,
+        entry: Entry,
+        chunked: &[&GpuSlice],
+        whole: &[Window],
+        n: u64,
+        params: Params,
+    ) -> Result<Vec<Dispatch>, ServerError> {
+        let chunk = self.chunk_elements();
+        let mut dispatches = Vec::new();
+        let mut first = 0;
+        while first < n {
+            let elements = chunk.min(n - first);
+            let mut windows: Vec<Window> = chunked
+                .iter()
+                .map(|slice| self.window(&slice.part(4 * first, 4 * elements)))
+                .collect::<Result<_, _>>()?;
+            windows.extend(whole.iter().cloned());
+            dispatches.push(self.dispatch(entry, windows, None, params, elements)?);
+            first += elements;
+        }
+        Ok(dispatches)
+    }
+
+    /// One dispatch of `entry` over `items` work items (1D, folded).
+    pub(super) fn dispatch(
+        &self,
+        entry: Entry,
+        windows: Vec<Window>,
+        table: Option<::wgpu::Buffer>,
+        mut params: Params,
+        items: u64,
+    ) -> Result<Dispatch, ServerError> {
+        params.u[0] = u32::try_from(items)
+            .map_err(|_| unsupported(format!("{items} work items in one dispatch")))?;
+        let groups = self.groups_for(items)?;
+        Ok(Dispatch {
+            entry,
+            windows,
+            table,
+            params,
+            groups,
+        })
+    }
+
+    /// A storage buffer holding `words`, for a table binding.
+    pub(super) fn table(&self, words: &[u32]) -> ::wgpu::Buffer {
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        if bytes.is_empty() {
+            bytes.resize(4, 0);
+        }
+        self.device
+            .create_buffer_init(&::wgpu::util::BufferInitDescriptor {
+                label: Some("cistern table"),
+                contents: &bytes,
+                usage: ::wgpu::BufferUsages::STORAGE,
+            })
+    }
+
+    /// Runs `dispatches` in order in one submission and waits for them. A
+    /// validation error is the launch's own (`KernelLaunchFailed`); a lost
+    /// or hung device is a fault.
+    pub(super) fn run_now(&self, dispatches: &[Dispatch]) -> Result<(), LaunchError> {
+        let Some(first) = dispatches.first() else {
+            return Ok(());
+        };
+        let mut encoder = self.encoder();
+        self.encode(&mut encoder, dispatches)
+            .map_err(LaunchError::Refused)?;
+        self.submit(encoder).map_err(|error| match error {
+            Ok(message) => LaunchError::Refused(ServerError::KernelLaunchFailed {
+                kernel: first.entry.name.to_string(),
+                message,
+            }),
+            Err(fault) => LaunchError::Fault(fault),
+        })
+    }
+
+    /// Records `dispatches` into `encoder`, in order.
+    pub(super) fn encode(
+        &self,
+        encoder: &mut ::wgpu::CommandEncoder,
+        dispatches: &[Dispatch],
+    ) -> Result<(), ServerError> {
+        for dispatch in dispatches {
+            let compiled = self.pipelines.get(&self.device, dispatch.entry)?;
+            let mut params = dispatch.params;
+            for (slot, window) in params.u[1..=6].iter_mut().zip(&dispatch.windows) {
+                *slot = window.base;
+            }
+            let uniform = self
+                .device
+                .create_buffer_init(&::wgpu::util::BufferInitDescriptor {
+                    label: Some("cistern params"),
+                    contents: &params.bytes(),
+                    usage: ::wgpu::BufferUsages::UNIFORM,
+                });
+            let mut entries = vec![::wgpu::BindGroupEntry {
+                binding: 0,
+                resource: uniform.as_entire_binding(),
+            }];
+            for (binding, window) in (1..).zip(&dispatch.windows) {
+                entries.push(::wgpu::BindGroupEntry {
+                    binding,
+                    resource: ::wgpu::BindingResource::Buffer(::wgpu::BufferBinding {
+                        buffer: &window.buffer,
+                        offset: window.offset,
+                        size: NonZeroU64::new(window.size),
+                    }),
+                });
+            }
+            if let Some(table) = &dispatch.table {
+                entries.push(::wgpu::BindGroupEntry {
+                    binding: TABLE_BINDING,
+                    resource: table.as_entire_binding(),
+                });
+            }
+            let group = self.device.create_bind_group(&::wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &compiled.layout,
+                entries: &entries,
+            });
+            let mut pass = encoder.begin_compute_pass(&::wgpu::ComputePassDescriptor {
+                label: Some(dispatch.entry.name),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&compiled.pipeline);
+            pass.set_bind_group(0, &group, &[]);
+            let [x, y, z] = dispatch.groups;
+            pass.dispatch_workgroups(x, y, z);
+        }
+        Ok(())
+    }
+}

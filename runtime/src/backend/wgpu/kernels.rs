@@ -1,0 +1,245 @@
+//! Each kernel of the catalogue as wgpu dispatches, one arm per kernel.
+//!
+//! A launch becomes a [`Plan`]; a kernel this device cannot run at this
+//! size (a binding past the largest storage binding where the kernel is not
+//! element-wise, a grid too large) is refused as `UnsupportedOperation`
+//! before anything runs, and the device stays healthy.
+
+use cistern_kernels::{Activation, GemmSpec};
+use cistern_optim::{LambConfig, OptimizerConfig};
+
+use super::context::GpuContext;
+use super::dispatch::{Dispatch, Params, unsupported};
+use super::pipelines::{Entry, Module};
+use super::slice::GpuSlice;
+use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
+use crate::{Kernel, OptimizerArgs, ServerError};
+
+/// What a launch does on the device.
+#[derive(Debug)]
+pub(super) enum Plan<'a> {
+    /// Nothing to run (an empty range).
+    Nothing,
+    /// Dispatches in order, in one submission.
+    Dispatches(Vec<Dispatch>),
+    /// A copy of bytes: source, target.
+    Copy(GpuSlice, GpuSlice),
+    /// A LAMB step: passes with host decisions between them (`lamb.rs`).
+    Lamb(&'a LambConfig, &'a OptimizerArgs),
+}
+
+const fn entry(module: Module, name: &'static str, buffers: u32) -> Entry {
+    Entry {
+        module,
+        name,
+        buffers,
+        table: false,
+    }
+}
+
+const FILL: Entry = entry(Module::Elementwise, "fill", 1);
+const SCALE: Entry = entry(Module::Elementwise, "scale", 1);
+const AXPY: Entry = entry(Module::Elementwise, "axpy", 2);
+const BINARY: Entry = entry(Module::Elementwise, "binary", 3);
+const AMP_UNSCALE: Entry = entry(Module::Elementwise, "amp_unscale", 2);
+const FORWARD: Entry = entry(Module::Activation, "forward", 2);
+const BACKWARD: Entry = entry(Module::Activation, "backward", 3);
+const GEMM: Entry = entry(Module::Gemm, "gemm", 4);
+const COLUMN_SUM: Entry = entry(Module::Reduce, "column_sum", 2);
+const MSE_LOSS: Entry = entry(Module::Reduce, "mse_loss", 3);
+const SEGMENT_SUM: Entry = Entry {
+    table: true,
+    ..entry(Module::Reduce, "segment_sum", 2)
+};
+
+/// Op codes of the `binary` entry point.
+const ADD: u32 = 0;
+const MUL: u32 = 1;
+const SCALED_DIFFERENCE: u32 = 2;
+
+/// An activation's op code and its slope (leaky relu's; 0 otherwise).
+pub(super) fn activation_code(activation: Activation) -> (u32, f32) {
+    match activation {
+        Activation::Identity => (0, 0.0),
+        Activation::Relu => (1, 0.0),
+        Activation::LeakyRelu { negative_slope } => (2, negative_slope),
+        Activation::Gelu => (3, 0.0),
+        Activation::GeluTanh => (4, 0.0),
+        Activation::Tanh => (5, 0.0),
+        Activation::Sigmoid => (6, 0.0),
+    }
+}
+
+/// Elements of `f32`s in `slice`.
+fn elements(slice: &GpuSlice) -> u64 {
+    slice.size / 4
+}
+
+impl GpuContext {
+    /// The plan of `launch`; `Kernel::Empty` and `Kernel::Trap` are the
+    /// caller's (they never reach the device).
+    pub(super) fn plan<'a>(
+        &self,
+        launch: &'a BoundLaunch<GpuSlice>,
+    ) -> Result<Plan<'a>, LaunchError> {
+        let b = |index: usize| {
+            launch.bindings.get(index).ok_or_else(|| {
+                LaunchError::Fault(KernelFault::Malformed(format!(
+                    "{} has no binding {index}",
+                    launch.kernel.name()
+                )))
+            })
+        };
+        let refused = LaunchError::Refused;
+        let each = |entry, chunked: &[&GpuSlice], op, floats: &[f32]| {
+            let n = chunked.first().map_or(0, |slice| elements(slice));
+            self.elementwise(entry, chunked, &[], n, Params::new(op, floats))
+                .map(Plan::Dispatches)
+                .map_err(refused)
+        };
+        match &launch.kernel {
+            &Kernel::Fill { value } => each(FILL, &[b(0)?], 0, &[value]),
+            Kernel::Copy | Kernel::Identity => Ok(Plan::Copy(b(0)?.clone(), b(1)?.clone())),
+            Kernel::Empty | Kernel::Trap => Ok(Plan::Nothing),
+            &Kernel::Scale { factor } => each(SCALE, &[b(0)?], 0, &[factor]),
+            &Kernel::Axpy { alpha } => each(AXPY, &[b(0)?, b(1)?], 0, &[alpha]),
+            Kernel::Add => each(BINARY, &[b(0)?, b(1)?, b(2)?], ADD, &[]),
+            Kernel::Mul => each(BINARY, &[b(0)?, b(1)?, b(2)?], MUL, &[]),
+            &Kernel::ActivationForward { activation } => {
+                let (code, slope) = activation_code(activation);
+                each(FORWARD, &[b(0)?, b(1)?], code, &[slope])
+            }
+            &Kernel::ActivationBackward { activation } => {
+                let (code, slope) = activation_code(activation);
+                each(BACKWARD, &[b(0)?, b(1)?, b(2)?], code, &[slope])
+            }
+            Kernel::Gemm { spec, bias } => {
+                let bias = if *bias { Some(b(2)?) } else { None };
+                let c = b(launch.bindings.len().saturating_sub(1))?;
+                self.gemm(spec, b(0)?, b(1)?, bias, c).map_err(refused)
+            }
+            &Kernel::ColumnSum { rows, cols } => {
+                let windows = vec![self.window(b(0)?), self.window(b(1)?)];
+                let windows = windows
+                    .into_iter()
+                    .collect::<Result<_, _>>()
+                    .map_err(refused)?;
+                let mut params = Params::new(0, &[]);
+                params.u[8] = u32_of(rows).map_err(refused)?;
+                let dispatch = self.dispatch(COLUMN_SUM, windows, None, params, cols);
+                Ok(Plan::Dispatches(vec![dispatch.map_err(refused)?]))
+            }
+            Kernel::MseLoss => {
+                let (pred, target, out) = (b(0)?, b(1)?, b(2)?);
+                let windows = [pred, target, out].map(|slice| self.window(slice));
+                let windows = windows
+                    .into_iter()
+                    .collect::<Result<_, _>>()
+                    .map_err(refused)?;
+                let mut dispatch = self
+                    .dispatch(MSE_LOSS, windows, None, Params::new(0, &[]), elements(pred))
+                    .map_err(refused)?;
+                dispatch.groups = [1, 1, 1];
+                Ok(Plan::Dispatches(vec![dispatch]))
+            }
+            &Kernel::MseLossBackward { grad_output } => {
+                let (pred, target, grad) = (b(0)?, b(1)?, b(2)?);
+                let n = elements(pred).max(1) as f64;
+                let factor = (2.0 * f64::from(grad_output) / n) as f32;
+                each(BINARY, &[pred, target, grad], SCALED_DIFFERENCE, &[factor])
+            }
+            Kernel::SegmentSum { segments } => {
+                self.segment_sum(b(0)?, segments, b(1)?, 0).map_err(refused)
+            }
+            Kernel::SegmentSumSquares { segments } => {
+                self.segment_sum(b(0)?, segments, b(1)?, 1).map_err(refused)
+            }
+            &Kernel::AmpUnscale { inv_scale } => {
+                let flag = self.window(b(1)?).map_err(refused)?;
+                let grads = b(0)?;
+                let params = Params::new(0, &[inv_scale]);
+                self.elementwise(AMP_UNSCALE, &[grads], &[flag], elements(grads), params)
+                    .map(Plan::Dispatches)
+                    .map_err(refused)
+            }
+            Kernel::OptimizerStep(step) => match &step.config {
+                OptimizerConfig::Lamb(config) => Ok(Plan::Lamb(config, step)),
+                _ => self.optimizer_step(step, &launch.bindings),
+            },
+        }
+    }
+
+    fn gemm(
+        &self,
+        spec: &GemmSpec,
+        a: &GpuSlice,
+        b: &GpuSlice,
+        bias: Option<&GpuSlice>,
+        c: &GpuSlice,
+    ) -> Result<Plan<'static>, ServerError> {
+        if spec.m == 0 || spec.n == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let bias_window = match bias {
+            Some(bias) => self.window(bias)?,
+            None => self.zero_window(),
+        };
+        let windows = vec![
+            self.window(a)?,
+            self.window(b)?,
+            bias_window,
+            self.window(c)?,
+        ];
+        let (code, slope) = activation_code(spec.activation);
+        let mut params = Params::new(code, &[slope]);
+        params.u[8] = u32_of(spec.m as u64)?;
+        params.u[9] = u32_of(spec.n as u64)?;
+        params.u[10] = u32_of(spec.k as u64)?;
+        params.u[11] = u32::from(spec.transpose_a);
+        params.u[12] = u32::from(spec.transpose_b);
+        params.u[13] = u32::from(bias.is_some());
+        let tiles = |n: usize| {
+            u32::try_from(n.div_ceil(16))
+                .ok()
+                .filter(|&t| t <= self.max_groups)
+        };
+        let (Some(x), Some(y)) = (tiles(spec.n), tiles(spec.m)) else {
+            return Err(unsupported(format!("a {}×{} gemm grid", spec.m, spec.n)));
+        };
+        let mut dispatch = self.dispatch(GEMM, windows, None, params, 0)?;
+        dispatch.groups = [x, y, 1];
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    pub(super) fn segment_sum(
+        &self,
+        x: &GpuSlice,
+        segments: &[cistern_kernels::Segment],
+        out: &GpuSlice,
+        op: u32,
+    ) -> Result<Plan<'static>, ServerError> {
+        let mut words = Vec::with_capacity(2 * segments.len());
+        for segment in segments {
+            words.push(u32_of(segment.offset as u64)?);
+            words.push(u32_of(segment.len as u64)?);
+        }
+        let windows = vec![self.window(x)?, self.window(out)?];
+        let table = self.table(&words);
+        let count = segments.len() as u64;
+        let mut dispatch = self.dispatch(
+            SEGMENT_SUM,
+            windows,
+            Some(table),
+            Params::new(op, &[]),
+            count,
+        )?;
+        // One workgroup per segment.
+        dispatch.groups = self.groups_for(count * super::dispatch::WORKGROUP)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+}
+
+/// `value` as a shader's u32, or an unsupported size.
+pub(super) fn u32_of(value: u64) -> Result<u32, ServerError> {
+    u32::try_from(value).map_err(|_| unsupported(format!("a size of {value} in a shader")))
+}
