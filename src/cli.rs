@@ -10,12 +10,19 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// More log output (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
 }
 
 /// The top-level subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// List the devices present on this machine.
+    /// Train an MLP on a real dataset (red wine quality by default) or a CSV file.
+    Train(crate::train::TrainArgs),
+    /// Predict with a model saved by `train --save`.
+    Predict(crate::train::PredictArgs),
+    /// List the devices present on this machine, and why a backend is absent.
     Devices,
     /// Run a benchmark; each prints one JSON object per result line.
     #[command(subcommand)]
@@ -62,6 +69,8 @@ pub enum BenchCommand {
 /// Runs a parsed command line; errors are printed to stderr and give a non-zero exit.
 pub fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
+        Command::Train(args) => crate::train::run_train(&args),
+        Command::Predict(args) => crate::train::run_predict(&args),
         Command::Devices => crate::devices::print_devices(),
         Command::Bench(bench) => run_bench(bench),
         Command::Stress(args) => crate::stress::run_command(&args),

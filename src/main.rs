@@ -1,4 +1,4 @@
-//! The `cistern` command line: devices, bench, stress and report.
+//! The `cistern` command line: train, predict, devices, bench, stress and report.
 //!
 //! Built only with the `cli` feature (on by default). Its modules are the
 //! binary's own, not the library's: the stress tool's workload, verifier and
@@ -12,12 +12,16 @@ use clap::Parser;
 mod bench;
 mod cli;
 mod devices;
+mod logging;
 mod report;
 mod stress;
+mod train;
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    cli::run(cli::Cli::parse())
+    let cli = cli::Cli::parse();
+    logging::init(cli.verbose);
+    cli::run(cli)
 }
 
 /// Restores the default SIGPIPE action, which Rust's runtime ignores, so

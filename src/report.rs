@@ -1,10 +1,12 @@
 //! `cistern report`: reads a telemetry file back (JSON lines or bincode
-//! frames, detected or named) and counts its errors by code.
+//! frames, detected or named; compact reports or full `ErrorReport`s,
+//! each record on its own) and counts its errors by code.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use cistern_client::{ErrorCode, ErrorReport};
+use cistern_client::codec::BINCODE_LIMIT;
+use cistern_client::{CompactReport, ErrorCode, ErrorReport};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -34,13 +36,14 @@ pub struct CodeCount {
     pub count: u64,
 }
 
-/// Decodes every report of a telemetry file. With no `format`, a file
-/// whose first byte (after whitespace) is `{` is JSON lines, any other
+/// Decodes every report of a telemetry file, compact or full (a full
+/// report is read as its compact form, frames kept). With no `format`, a
+/// file whose first byte (after whitespace) is `{` is JSON lines, any other
 /// bincode frames. The error names the line or frame that is corrupt.
 pub fn read_reports(
     bytes: &[u8],
     format: Option<TelemetryFormat>,
-) -> Result<(TelemetryFormat, Vec<ErrorReport>), String> {
+) -> Result<(TelemetryFormat, Vec<CompactReport>), String> {
     let format = format.unwrap_or_else(|| detect(bytes));
     let reports = match format {
         TelemetryFormat::Jsonl => read_json_lines(bytes)?,
@@ -56,7 +59,7 @@ fn detect(bytes: &[u8]) -> TelemetryFormat {
     }
 }
 
-fn read_json_lines(bytes: &[u8]) -> Result<Vec<ErrorReport>, String> {
+fn read_json_lines(bytes: &[u8]) -> Result<Vec<CompactReport>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| {
         format!(
             "not a JSON-lines telemetry file: invalid UTF-8 at byte {}",
@@ -68,31 +71,48 @@ fn read_json_lines(bytes: &[u8]) -> Result<Vec<ErrorReport>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let report = ErrorReport::from_json_line(line)
+        let report = CompactReport::from_json_line(line)
+            .or_else(|_| {
+                ErrorReport::from_json_line(line).map(|r| CompactReport::from_report(&r, true))
+            })
             .map_err(|e| format!("line {}: not an error report: {e}", index + 1))?;
         reports.push(report);
     }
     Ok(reports)
 }
 
-fn read_frames(bytes: &[u8]) -> Result<Vec<ErrorReport>, String> {
-    let mut reader = bytes;
+fn read_frames(bytes: &[u8]) -> Result<Vec<CompactReport>, String> {
+    let mut rest = bytes;
     let mut reports = Vec::new();
-    while let Some(frame) = ErrorReport::read_bincode_frame(&mut reader) {
-        let offset = bytes.len() - reader.len();
-        let report = frame.map_err(|e| {
-            format!(
-                "frame {} (ending near byte {offset}): not an error report: {e}",
-                reports.len() + 1
-            )
-        })?;
+    while !rest.is_empty() {
+        let number = reports.len() + 1;
+        let offset = bytes.len() - rest.len();
+        let broken = |why: String| format!("frame {number} (at byte {offset}): {why}");
+        let (prefix, body) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| broken("the stream ended inside a frame".into()))?;
+        let len = u32::from_le_bytes(*prefix) as usize;
+        if len > BINCODE_LIMIT {
+            return Err(broken(format!(
+                "claims {len} bytes, over the {BINCODE_LIMIT}-byte limit"
+            )));
+        }
+        let frame = body
+            .get(..len)
+            .ok_or_else(|| broken("the stream ended inside a frame".into()))?;
+        let report = CompactReport::from_bincode(frame)
+            .or_else(|_| {
+                ErrorReport::from_bincode(frame).map(|r| CompactReport::from_report(&r, true))
+            })
+            .map_err(|e| broken(format!("not an error report: {e}")))?;
         reports.push(report);
+        rest = &body[len..];
     }
     Ok(reports)
 }
 
 /// Counts `reports` by code, in stable-id order.
-pub fn count_by_code(reports: &[ErrorReport]) -> Vec<CodeCount> {
+pub fn count_by_code(reports: &[CompactReport]) -> Vec<CodeCount> {
     let mut counts: BTreeMap<u32, (ErrorCode, u64)> = BTreeMap::new();
     for report in reports {
         counts
@@ -161,7 +181,7 @@ mod tests {
     use super::*;
     use crate::stress::write_report;
 
-    fn sample_reports() -> Vec<ErrorReport> {
+    fn sample_reports() -> Vec<CompactReport> {
         let errors = [
             ServerError::from(IoError::out_of_memory(64)),
             ServerError::from(IoError::out_of_memory(128)),
@@ -169,11 +189,14 @@ mod tests {
         ];
         errors
             .into_iter()
-            .map(|e| ErrorReport::with_parts(e, Some(0), Some(1), BackTrace::none(), 7))
+            .map(|e| {
+                let full = ErrorReport::with_parts(e, Some(0), Some(1), BackTrace::none(), 7);
+                CompactReport::from_report(&full, false)
+            })
             .collect()
     }
 
-    fn encode(reports: &[ErrorReport], format: TelemetryFormat) -> Vec<u8> {
+    fn encode(reports: &[CompactReport], format: TelemetryFormat) -> Vec<u8> {
         let mut bytes = Vec::new();
         for report in reports {
             assert!(write_report(&mut bytes, report, format).is_ok());
@@ -188,6 +211,31 @@ mod tests {
             let bytes = encode(&reports, format);
             assert_eq!(read_reports(&bytes, None), Ok((format, reports.clone())));
         }
+    }
+
+    #[test]
+    fn full_reports_of_older_files_are_read_as_their_compact_form() {
+        let full = ErrorReport::with_parts(
+            IoError::out_of_memory(64),
+            Some(0),
+            Some(1),
+            BackTrace::from_text("0: reserve\n"),
+            7,
+        );
+        let compact = CompactReport::from_report(&full, true);
+        let mut json = full.to_json_line().unwrap_or_default();
+        json.push('\n');
+        assert_eq!(
+            read_reports(json.as_bytes(), None),
+            Ok((TelemetryFormat::Jsonl, vec![compact.clone()]))
+        );
+        let mut frames = Vec::new();
+        assert!(full.write_bincode_frame(&mut frames).is_ok());
+        assert!(compact.write_bincode_frame(&mut frames).is_ok());
+        assert_eq!(
+            read_reports(&frames, None),
+            Ok((TelemetryFormat::Bincode, vec![compact.clone(), compact]))
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! on the facade.
 
 pub mod codec;
+mod compact;
 mod compute;
 mod error;
 mod report;
@@ -14,6 +15,7 @@ mod tape;
 
 pub use cistern_memory::ErrorCode;
 pub use codec::CodecError;
+pub use compact::{COMPACT_LAYOUT, CompactReport};
 pub use compute::{
     Buffer, CaptureGuard, CaptureToken, ComputeClient, Event, Graph, OptimizerState,
 };

@@ -6,6 +6,7 @@
 mod errors {
     mod catalogue;
     mod codec;
+    mod compact;
     mod decode;
     mod golden;
     mod mapping;

@@ -72,12 +72,16 @@ pub struct StressArgs {
     /// The probability that a launch traps, with --faults.
     #[arg(long, default_value_t = 0.002, requires = "faults")]
     pub trap_rate: f64,
-    /// Write an ErrorReport for every error seen to FILE.
+    /// Write a compact error report (code, id, message, device, generation,
+    /// time) for every error seen to FILE.
     #[arg(long, value_name = "FILE")]
     pub telemetry: Option<PathBuf>,
     /// The telemetry file's encoding.
     #[arg(long, value_enum, default_value = "jsonl", requires = "telemetry")]
     pub telemetry_format: TelemetryFormat,
+    /// Include each error's backtrace frames in the telemetry (about 10 KB a report).
+    #[arg(long, requires = "telemetry")]
+    pub telemetry_backtraces: bool,
     /// Draw reserved and in-use bytes over time, with poisons and recoveries, to FILE.svg.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
@@ -172,6 +176,7 @@ impl StressArgs {
                 .telemetry
                 .clone()
                 .map(|path| (path, self.telemetry_format)),
+            telemetry_backtraces: self.telemetry_backtraces,
             progress: !self.json,
         })
     }

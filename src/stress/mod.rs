@@ -24,5 +24,4 @@ mod workload;
 
 pub use args::{StressArgs, run_command};
 pub use telemetry::TelemetryFormat;
-#[cfg(test)]
 pub use telemetry::write_report;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cistern_client::{ComputeClient, ErrorReport};
+use cistern_client::{CompactReport, ComputeClient};
 use cistern_runtime::sync::{Mutex, RecvTimeoutError, unbounded};
 use cistern_runtime::{Device, DeviceOptions, FaultPlan, ServerError};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -44,6 +44,8 @@ pub struct StressConfig {
     pub sample_interval: Duration,
     /// Where to write an `ErrorReport` per error, and how.
     pub telemetry: Option<(std::path::PathBuf, TelemetryFormat)>,
+    /// Whether telemetry reports carry backtrace frames.
+    pub telemetry_backtraces: bool,
     /// Whether to show a progress bar (on stderr, only if it is a terminal).
     pub progress: bool,
 }
@@ -147,8 +149,12 @@ impl Shared {
         if self.config.telemetry.is_none() {
             return;
         }
-        let mut report =
-            ErrorReport::from_server_error(error, Some(self.config.device.ordinal()), None);
+        let mut report = CompactReport::new(
+            error.clone(),
+            Some(self.config.device.ordinal()),
+            None,
+            self.config.telemetry_backtraces,
+        );
         report.generation = report.generation.or(Some(generation));
         if let Some(writer) = self.telemetry.lock().as_ref() {
             writer.send(report);

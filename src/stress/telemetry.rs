@@ -1,4 +1,4 @@
-//! Telemetry files: one `ErrorReport` per error a stress run saw, as JSON
+//! Telemetry files: one `CompactReport` per error a stress run saw, as JSON
 //! lines or as length-prefixed bincode frames, written by a thread of
 //! their own so clients never wait on the disk (or on symbolizing a
 //! backtrace).
@@ -8,7 +8,7 @@ use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::thread::JoinHandle;
 
-use cistern_client::{ErrorReport, codec};
+use cistern_client::{CompactReport, codec};
 use cistern_runtime::sync::{Sender, unbounded};
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +24,7 @@ pub enum TelemetryFormat {
 /// The writer of a telemetry file: send reports; [`finish`](Self::finish) flushes.
 #[derive(Debug)]
 pub struct TelemetryWriter {
-    reports: Sender<ErrorReport>,
+    reports: Sender<CompactReport>,
     thread: JoinHandle<Result<u64, String>>,
 }
 
@@ -34,7 +34,7 @@ impl TelemetryWriter {
     pub fn create(path: &Path, format: TelemetryFormat) -> Result<Self, String> {
         let file = File::create(path)
             .map_err(|e| format!("cannot create telemetry file {}: {e}", path.display()))?;
-        let (reports, received) = unbounded::<ErrorReport>();
+        let (reports, received) = unbounded::<CompactReport>();
         let path = path.to_path_buf();
         let thread = std::thread::Builder::new()
             .name("cistern-stress-telemetry".into())
@@ -54,7 +54,7 @@ impl TelemetryWriter {
     }
 
     /// Queues `report` for the file.
-    pub fn send(&self, report: ErrorReport) {
+    pub fn send(&self, report: CompactReport) {
         // The writer only stops early after a write error, which `finish` reports.
         let _ = self.reports.send(report);
     }
@@ -78,7 +78,7 @@ fn failed(path: &Path, message: &str) -> String {
 /// Appends one report in `format`.
 pub fn write_report(
     out: &mut impl Write,
-    report: &ErrorReport,
+    report: &CompactReport,
     format: TelemetryFormat,
 ) -> Result<(), codec::CodecError> {
     match format {

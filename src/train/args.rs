@@ -1,0 +1,221 @@
+//! `cistern train` and `cistern predict` arguments.
+
+use std::path::PathBuf;
+
+use cistern_optim::{
+    AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
+};
+
+use super::data::BuiltIn;
+use super::model::ActivationName;
+use crate::stress::TelemetryFormat;
+
+/// The optimizers, by their command-line names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OptimizerName {
+    /// Plain SGD (PyTorch's defaults: no momentum).
+    Sgd,
+    /// Adam.
+    Adam,
+    /// AdamW (decoupled weight decay 0.01).
+    Adamw,
+    /// RMSprop.
+    Rmsprop,
+    /// Adagrad.
+    Adagrad,
+    /// LAMB.
+    Lamb,
+}
+
+impl OptimizerName {
+    /// Its name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerName::Sgd => "sgd",
+            OptimizerName::Adam => "adam",
+            OptimizerName::Adamw => "adamw",
+            OptimizerName::Rmsprop => "rmsprop",
+            OptimizerName::Adagrad => "adagrad",
+            OptimizerName::Lamb => "lamb",
+        }
+    }
+
+    /// The learning rate used when `--lr` is not given.
+    pub fn default_lr(self) -> f64 {
+        match self {
+            OptimizerName::Sgd | OptimizerName::Adagrad => 0.05,
+            OptimizerName::Lamb => 0.01,
+            _ => 1e-3,
+        }
+    }
+
+    /// The config with PyTorch's defaults and `lr`.
+    pub fn config(self, lr: f64) -> OptimizerConfig {
+        match self {
+            OptimizerName::Sgd => OptimizerConfig::Sgd(SgdConfig {
+                lr,
+                ..Default::default()
+            }),
+            OptimizerName::Adam => OptimizerConfig::Adam(AdamConfig {
+                lr,
+                ..Default::default()
+            }),
+            OptimizerName::Adamw => OptimizerConfig::AdamW(AdamWConfig {
+                lr,
+                ..Default::default()
+            }),
+            OptimizerName::Rmsprop => OptimizerConfig::RmsProp(RmsPropConfig {
+                lr,
+                ..Default::default()
+            }),
+            OptimizerName::Adagrad => OptimizerConfig::Adagrad(AdagradConfig {
+                lr,
+                ..Default::default()
+            }),
+            OptimizerName::Lamb => OptimizerConfig::Lamb(LambConfig {
+                lr,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+/// Train an MLP regressor on a real dataset (red wine quality by default)
+/// or a CSV file, on a device; report, plot and save it.
+///
+/// Each step runs forward and backward on the tape with the parameters
+/// resident in device buffers and the runtime's fused optimizer kernel
+/// updating them in place.
+#[derive(Debug, clap::Args)]
+pub struct TrainArgs {
+    /// A built-in dataset (from `linfa-datasets`).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "winequality",
+        conflicts_with = "csv"
+    )]
+    pub dataset: BuiltIn,
+    /// Train on this CSV file instead (a header row, then numbers); needs --target.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// The CSV column to predict; every other column is a feature.
+    #[arg(long, value_name = "COLUMN")]
+    pub target: Option<String>,
+    /// Hidden layer widths, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,64",
+        value_name = "WIDTHS"
+    )]
+    pub layers: Vec<usize>,
+    /// The hidden layers' activation.
+    #[arg(long, value_enum, default_value = "relu")]
+    pub activation: ActivationName,
+    /// Samples per step.
+    #[arg(long, default_value_t = 32)]
+    pub batch: usize,
+    /// Passes over the training part (a pass drops its last partial batch).
+    #[arg(long, default_value_t = 20, conflicts_with = "steps")]
+    pub epochs: u64,
+    /// Steps to take instead of --epochs.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// The optimizer (PyTorch's defaults for everything but the learning rate).
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub optimizer: OptimizerName,
+    /// Learning rate [default: 0.05 for sgd and adagrad, 0.01 for lamb, 0.001 otherwise].
+    #[arg(long)]
+    pub lr: Option<f64>,
+    /// Seed of the split, the initial parameters and the batch order.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// The fraction of rows held out for validation.
+    #[arg(long, default_value_t = 0.2)]
+    pub validation: f64,
+    /// `cpu`, `auto` (the best device present; never a CPU-type adapter
+    /// over the CPU backend), or `cpu:N`, `wgpu:N`, `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Mixed precision through the gradient scaler. Not built yet: it
+    /// needs the parameter store (`DeviceParamStore`); giving it is an error.
+    #[arg(long)]
+    pub amp: bool,
+    /// Print JSON lines (ending with a summary line) instead of the bar.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw train and validation loss over steps into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Save the trained model here (safetensors, written atomically).
+    #[arg(long, value_name = "FILE")]
+    pub save: Option<PathBuf>,
+    /// Write the trained model's prediction for every row of the data, in
+    /// input order, to this CSV file (as `predict` would write them).
+    #[arg(long, value_name = "FILE")]
+    pub predictions: Option<PathBuf>,
+    /// Write an ErrorReport for every device error to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub telemetry: Option<PathBuf>,
+    /// The telemetry file's encoding.
+    #[arg(long, value_enum, default_value = "jsonl", requires = "telemetry")]
+    pub telemetry_format: TelemetryFormat,
+    /// Include each error's backtrace frames in the telemetry (larger).
+    #[arg(long, requires = "telemetry")]
+    pub telemetry_backtraces: bool,
+}
+
+impl TrainArgs {
+    /// The learning rate in effect.
+    pub fn lr(&self) -> f64 {
+        self.lr.unwrap_or_else(|| self.optimizer.default_lr())
+    }
+
+    /// Checks what clap cannot; the message says what to change.
+    pub fn check(&self) -> Result<(), String> {
+        if self.amp {
+            return Err(
+                "--amp is not built yet: mixed precision needs the parameter store \
+                        (DeviceParamStore); run without --amp"
+                    .into(),
+            );
+        }
+        if self.steps == Some(0) || (self.steps.is_none() && self.epochs == 0) {
+            return Err("--steps 0 / --epochs 0: nothing to train; give at least one step".into());
+        }
+        if self.batch == 0 {
+            return Err("--batch 0: a step needs at least one sample".into());
+        }
+        if self.layers.contains(&0) {
+            return Err(format!(
+                "--layers {:?}: every width must be at least 1",
+                self.layers
+            ));
+        }
+        let lr = self.lr();
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(format!(
+                "--lr {lr}: the learning rate must be positive and finite"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Predict with a model saved by `cistern train --save`.
+#[derive(Debug, clap::Args)]
+pub struct PredictArgs {
+    /// The saved model (safetensors).
+    #[arg(long, value_name = "FILE")]
+    pub model: PathBuf,
+    /// Rows to predict: a CSV file with a header holding the model's feature columns.
+    #[arg(long, value_name = "FILE")]
+    pub csv: PathBuf,
+    /// Write the predictions here (CSV) instead of printing them.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// `cpu`, `auto`, or `cpu:N`, `wgpu:N`, `cuda:N`.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}

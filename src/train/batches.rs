@@ -1,0 +1,67 @@
+//! The batch order: each pass over the training part is a seeded shuffle
+//! cut into full batches (the last partial one is dropped, so every step
+//! has the same shape).
+
+use cistern_client::Tensor;
+use cistern_memory::SplitMix64;
+
+use super::prep::Part;
+
+/// An endless, seeded sequence of batches of one part.
+#[derive(Debug)]
+pub struct Batches {
+    order: Vec<usize>,
+    next: usize,
+    batch: usize,
+    rng: SplitMix64,
+}
+
+impl Batches {
+    /// Batches of `batch` rows (at most the rows held) of a part of `rows` rows.
+    pub fn new(rows: usize, batch: usize, seed: u64) -> Self {
+        Batches {
+            order: (0..rows).collect(),
+            next: rows,
+            batch: batch.min(rows).max(1),
+            rng: SplitMix64::derived(seed, 2),
+        }
+    }
+
+    /// Rows per batch.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Full batches per pass.
+    pub fn per_epoch(&self) -> usize {
+        self.order.len() / self.batch
+    }
+
+    /// The next batch of `part`: features `batch × width`, targets `batch × 1`.
+    pub fn next(
+        &mut self,
+        part: &Part,
+        width: usize,
+    ) -> Result<(Tensor<f32>, Tensor<f32>), String> {
+        if self.next + self.batch > self.order.len() {
+            for i in (1..self.order.len()).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                self.order.swap(i, j);
+            }
+            self.next = 0;
+        }
+        let rows = &self.order[self.next..self.next + self.batch];
+        self.next += self.batch;
+        let features = rows
+            .iter()
+            .flat_map(|&r| part.features[r * width..(r + 1) * width].iter().copied())
+            .collect();
+        let targets = rows.iter().map(|&r| part.targets[r]).collect();
+        let shaped =
+            |shape: [usize; 2], data| Tensor::new(shape, data).map_err(|e| format!("batch: {e}"));
+        Ok((
+            shaped([self.batch, width], features)?,
+            shaped([self.batch, 1], targets)?,
+        ))
+    }
+}

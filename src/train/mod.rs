@@ -1,0 +1,28 @@
+//! `cistern train` and `cistern predict`: an MLP regressor on a real
+//! dataset (or the user's CSV), trained on a device, kept as safetensors.
+//!
+//! `data` and `csv_file` read the table; `prep` splits and standardises it;
+//! `model` is the MLP on the host and on the device; `trainer` is the step
+//! (behind a trait, so the parameter store's step can replace it); `run`
+//! is the loop, with `output`, `summary` and `plot` showing it;
+//! `model_file` saves and loads; `predict` reads a saved model back.
+
+mod args;
+mod batches;
+mod csv_file;
+mod data;
+mod failure;
+mod model;
+mod model_file;
+mod output;
+mod plot;
+mod predict;
+mod prep;
+mod run;
+mod summary;
+mod telemetry;
+mod trainer;
+
+pub use args::{PredictArgs, TrainArgs};
+pub use predict::run_command as run_predict;
+pub use run::run_command as run_train;

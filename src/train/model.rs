@@ -1,0 +1,190 @@
+//! The model: an MLP's layout, its parameters on the host (to initialise,
+//! save and load) and on the device (resident buffers the tape reads).
+
+use cistern_client::{AutodiffError, Buffer, ComputeClient, Tape, Tensor, Var};
+use cistern_memory::SplitMix64;
+use cistern_runtime::{Activation, ServerError};
+use serde::{Deserialize, Serialize};
+
+/// The hidden activation, by its command-line name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ActivationName {
+    /// `max(x, 0)`.
+    Relu,
+    /// Leaky ReLU with PyTorch's slope 0.01.
+    LeakyRelu,
+    /// `tanh(x)`.
+    Tanh,
+    /// Exact GELU.
+    Gelu,
+    /// `1 / (1 + e^{−x})`.
+    Sigmoid,
+}
+
+impl ActivationName {
+    /// The kernel's activation.
+    pub fn kernel(self) -> Activation {
+        match self {
+            ActivationName::Relu => Activation::Relu,
+            ActivationName::LeakyRelu => Activation::LeakyRelu {
+                negative_slope: 0.01,
+            },
+            ActivationName::Tanh => Activation::Tanh,
+            ActivationName::Gelu => Activation::Gelu,
+            ActivationName::Sigmoid => Activation::Sigmoid,
+        }
+    }
+}
+
+/// An MLP's shape: `widths` from the input through the hidden layers to
+/// the one output; the activation after every hidden layer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Input width, hidden widths, output width (1).
+    pub widths: Vec<usize>,
+    /// The hidden layers' activation (the output has none).
+    pub activation: ActivationName,
+}
+
+impl Layout {
+    /// `inputs` features through `hidden` to one output.
+    pub fn new(inputs: usize, hidden: &[usize], activation: ActivationName) -> Self {
+        let mut widths = vec![inputs];
+        widths.extend_from_slice(hidden);
+        widths.push(1);
+        Layout { widths, activation }
+    }
+
+    /// Each parameter tensor's name and shape, weights `out×in` then bias.
+    pub fn tensors(&self) -> Vec<(String, Vec<usize>)> {
+        self.widths
+            .windows(2)
+            .enumerate()
+            .flat_map(|(index, pair)| {
+                [
+                    (format!("layers.{index}.weight"), vec![pair[1], pair[0]]),
+                    (format!("layers.{index}.bias"), vec![pair[1]]),
+                ]
+            })
+            .collect()
+    }
+
+    /// Parameters in all.
+    pub fn parameter_count(&self) -> usize {
+        self.tensors()
+            .iter()
+            .map(|(_, shape)| shape.iter().product::<usize>())
+            .sum()
+    }
+
+    /// Parameters uniform in ±1/√fan_in (PyTorch's `nn.Linear` range), seeded.
+    pub fn initial_parameters(&self, seed: u64) -> Vec<Vec<f32>> {
+        let mut rng = SplitMix64::derived(seed, 1);
+        self.tensors()
+            .iter()
+            .map(|(name, shape)| {
+                let fan_in = if name.ends_with("weight") {
+                    shape[1]
+                } else {
+                    // A bias's fan-in is its layer's: the weight before it.
+                    self.widths[self.layer_of(name)]
+                };
+                let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+                let count = shape.iter().product();
+                (0..count)
+                    .map(|_| bound * (2.0 * rng.unit_f32() - 1.0))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn layer_of(&self, name: &str) -> usize {
+        name.split('.')
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// An MLP whose parameters live in device buffers, one per tensor.
+#[derive(Clone, Debug)]
+pub struct DeviceModel {
+    /// Its shape.
+    pub layout: Layout,
+    /// One buffer per tensor of [`Layout::tensors`], in order.
+    pub parameters: Vec<Buffer>,
+}
+
+impl DeviceModel {
+    /// Uploads `values` (one per tensor of the layout) to `client`'s device.
+    pub fn upload(
+        client: &ComputeClient,
+        layout: Layout,
+        values: &[Vec<f32>],
+    ) -> Result<Self, ServerError> {
+        let parameters = values
+            .iter()
+            .map(|v| client.upload_f32(v))
+            .collect::<Result<_, _>>()?;
+        Ok(DeviceModel { layout, parameters })
+    }
+
+    /// Reads every parameter back, in layout order.
+    pub fn download(&self, client: &ComputeClient) -> Result<Vec<Vec<f32>>, ServerError> {
+        self.parameters
+            .iter()
+            .map(|b| client.download_f32(b))
+            .collect()
+    }
+
+    /// The parameters as resident leaves of `tape`.
+    pub fn leaves<'t>(&self, tape: &'t Tape) -> Result<Vec<Var<'t>>, AutodiffError> {
+        self.parameters
+            .iter()
+            .zip(self.layout.tensors())
+            .map(|(buffer, (_, shape))| tape.var_resident(buffer, &shape))
+            .collect()
+    }
+
+    /// The forward pass over `input` with the parameter leaves `leaves`.
+    pub fn forward<'t>(
+        &self,
+        tape: &'t Tape,
+        leaves: &[Var<'t>],
+        input: Var<'t>,
+    ) -> Result<Var<'t>, AutodiffError> {
+        let layers = leaves.len() / 2;
+        let mut h = input;
+        for (index, pair) in leaves.chunks_exact(2).enumerate() {
+            let activation = if index + 1 < layers {
+                self.layout.activation.kernel()
+            } else {
+                Activation::Identity
+            };
+            h = tape.linear(&h, &pair[0], Some(&pair[1]), activation)?;
+        }
+        Ok(h)
+    }
+
+    /// The model's outputs for row-major `features`, in rows of chunks
+    /// fixed in size so a saved model predicts the very same values.
+    pub fn predict(
+        &self,
+        client: &ComputeClient,
+        features: &[f32],
+    ) -> Result<Vec<f32>, AutodiffError> {
+        const CHUNK_ROWS: usize = 512;
+        let width = self.layout.widths[0];
+        let mut outputs = Vec::with_capacity(features.len() / width.max(1));
+        for chunk in features.chunks(CHUNK_ROWS * width) {
+            let tape = Tape::new(client);
+            let leaves = self.leaves(&tape)?;
+            let input = Tensor::new([chunk.len() / width, width], chunk.to_vec())?;
+            let input = tape.upload(&input)?;
+            let output = self.forward(&tape, &leaves, input)?;
+            outputs.extend(output.to_host()?.into_data());
+        }
+        Ok(outputs)
+    }
+}

@@ -1,0 +1,215 @@
+//! The saved model: parameters in the `safetensors` format (readable from
+//! Python), with the layout, the standardisation and the column names in
+//! its metadata. Written atomically: a temporary file, then a rename.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+
+use super::model::Layout;
+use super::prep::Standardisation;
+
+/// The metadata key naming this file's layout version.
+const FORMAT_KEY: &str = "cistern.format";
+/// The layout version written; a loader refuses any other.
+const FORMAT: &str = "cistern-mlp-1";
+
+/// Everything a saved model holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedModel {
+    /// The MLP's shape.
+    pub layout: Layout,
+    /// One tensor per entry of [`Layout::tensors`], in order.
+    pub parameters: Vec<Vec<f32>>,
+    /// How to standardise inputs and read outputs.
+    pub standardisation: Standardisation,
+    /// The feature columns, in input order.
+    pub columns: Vec<String>,
+    /// The target column's name.
+    pub target: String,
+}
+
+impl SavedModel {
+    /// Writes the model to `path` atomically. The error names the file.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let failed = |e: &dyn std::fmt::Display| format!("cannot save {}: {e}", path.display());
+        let bytes: Vec<Vec<u8>> = self
+            .parameters
+            .iter()
+            .map(|values| values.iter().flat_map(|v| v.to_le_bytes()).collect())
+            .collect();
+        let mut views = Vec::new();
+        for ((name, shape), data) in self.layout.tensors().into_iter().zip(&bytes) {
+            let view = TensorView::new(Dtype::F32, shape, data).map_err(|e| failed(&e))?;
+            views.push((name, view));
+        }
+        let json = |value: &dyn erased::Json| value.to_json().map_err(|e| failed(&e));
+        let metadata = HashMap::from([
+            (FORMAT_KEY.to_string(), FORMAT.to_string()),
+            ("layout".to_string(), json(&self.layout)?),
+            ("standardisation".to_string(), json(&self.standardisation)?),
+            ("columns".to_string(), json(&self.columns)?),
+            ("target".to_string(), self.target.clone()),
+        ]);
+        let encoded = safetensors::serialize(views, Some(metadata)).map_err(|e| failed(&e))?;
+        write_atomically(path, &encoded).map_err(|e| failed(&e))
+    }
+
+    /// Reads a model saved by [`save`](Self::save), checking every shape.
+    /// A truncated, foreign or inconsistent file is an error saying so.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        Self::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let tensors = SafeTensors::deserialize(bytes)
+            .map_err(|e| format!("not a whole safetensors file (truncated or corrupt?): {e}"))?;
+        let (_, header) = SafeTensors::read_metadata(bytes)
+            .map_err(|e| format!("not a whole safetensors file: {e}"))?;
+        let metadata = header.metadata().clone().unwrap_or_default();
+        let field = |key: &str| {
+            metadata
+                .get(key)
+                .ok_or_else(|| format!("no `{key}` in its metadata: not a model saved by cistern"))
+        };
+        if field(FORMAT_KEY)? != FORMAT {
+            return Err(format!(
+                "layout `{}`, this build reads `{FORMAT}`",
+                field(FORMAT_KEY)?
+            ));
+        }
+        let parse = |key: &str| -> Result<serde_json::Value, String> {
+            serde_json::from_str(field(key)?).map_err(|e| format!("metadata `{key}`: {e}"))
+        };
+        let layout: Layout = serde_json::from_value(parse("layout")?)
+            .map_err(|e| format!("metadata `layout`: {e}"))?;
+        let standardisation: Standardisation = serde_json::from_value(parse("standardisation")?)
+            .map_err(|e| format!("metadata `standardisation`: {e}"))?;
+        let columns: Vec<String> = serde_json::from_value(parse("columns")?)
+            .map_err(|e| format!("metadata `columns`: {e}"))?;
+        let inputs = layout.widths.first().copied().unwrap_or(0);
+        if layout.widths.len() < 2
+            || layout.widths.last() != Some(&1)
+            || layout.widths.contains(&0)
+            || columns.len() != inputs
+            || standardisation.feature_mean.len() != inputs
+            || standardisation.feature_std.len() != inputs
+        {
+            return Err(format!(
+                "inconsistent model: widths {:?}, {} columns, {} standardised features",
+                layout.widths,
+                columns.len(),
+                standardisation.feature_mean.len()
+            ));
+        }
+        let mut parameters = Vec::new();
+        for (name, shape) in layout.tensors() {
+            let view = tensors
+                .tensor(&name)
+                .map_err(|_| format!("no tensor `{name}`"))?;
+            if view.dtype() != Dtype::F32 || view.shape() != shape.as_slice() {
+                return Err(format!(
+                    "tensor `{name}` is {:?} {:?}, the layout needs F32 {shape:?}",
+                    view.dtype(),
+                    view.shape()
+                ));
+            }
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            parameters.push(values);
+        }
+        Ok(SavedModel {
+            layout,
+            parameters,
+            standardisation,
+            columns,
+            target: field("target")?.clone(),
+        })
+    }
+}
+
+/// JSON text of metadata values, through one object-safe trait.
+mod erased {
+    /// A value written as JSON text.
+    pub trait Json {
+        /// Its JSON text.
+        fn to_json(&self) -> serde_json::Result<String>;
+    }
+
+    impl<T: serde::Serialize> Json for T {
+        fn to_json(&self) -> serde_json::Result<String> {
+            serde_json::to_string(self)
+        }
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, syncs it, then renames
+/// it over `path`: a reader sees the old file or the whole new one.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp-{}", std::process::id()));
+    let temporary: PathBuf = path.with_file_name(name);
+    let written = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::model::ActivationName;
+
+    fn model() -> SavedModel {
+        let layout = Layout::new(2, &[3], ActivationName::Relu);
+        let parameters = layout.initial_parameters(1);
+        SavedModel {
+            layout,
+            parameters,
+            standardisation: Standardisation {
+                feature_mean: vec![0.5, 1.5],
+                feature_std: vec![2.0, 1.0],
+                target_mean: 3.0,
+                target_std: 0.5,
+            },
+            columns: vec!["a".into(), "b".into()],
+            target: "y".into(),
+        }
+    }
+
+    #[test]
+    fn a_saved_model_loads_back_whole() {
+        let path = std::env::temp_dir().join(format!("cistern-model-{}.st", std::process::id()));
+        let saved = model();
+        assert_eq!(saved.save(&path), Ok(()));
+        assert_eq!(SavedModel::load(&path), Ok(saved));
+    }
+
+    #[test]
+    fn a_truncated_file_is_an_error_saying_so() {
+        let path = std::env::temp_dir().join(format!("cistern-cut-{}.st", std::process::id()));
+        assert_eq!(model().save(&path), Ok(()));
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        for cut in [0, 7, 20, bytes.len() - 1] {
+            let error = SavedModel::decode(&bytes[..cut]).expect_err("truncated");
+            assert!(
+                error.contains("not a whole safetensors file"),
+                "{cut}: {error}"
+            );
+        }
+    }
+}

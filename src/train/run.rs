@@ -1,0 +1,206 @@
+//! `cistern train`: load, split, train through a [`Trainer`], evaluate,
+//! then report, plot and save.
+
+use std::time::Instant;
+
+use cistern_client::ComputeClient;
+use cistern_runtime::{Device, DeviceOptions};
+use serde_json::json;
+
+use super::args::TrainArgs;
+use super::batches::Batches;
+use super::data::{self, Table};
+use super::failure::Failure;
+use super::model::{DeviceModel, Layout};
+use super::model_file::SavedModel;
+use super::output::Output;
+use super::plot::{self, LossPoint};
+use super::prep::{self, Prepared, mse};
+use super::summary::Summary;
+use super::telemetry;
+use super::trainer::{TapeTrainer, Trainer};
+
+/// Evaluations of the validation part over a run (the plot's points).
+const EVALUATIONS: u64 = 20;
+
+/// Runs `cistern train`; the error is the message to print.
+pub fn run_command(args: &TrainArgs) -> Result<(), String> {
+    args.check()?;
+    let table = data::load(args.dataset, args.csv.as_deref(), args.target.as_deref())?;
+    let prepared = prep::prepare(&table, args.validation, args.seed)?;
+    let device = crate::devices::choose(&args.device)?;
+    tracing::info!(%device, rows = table.rows(), "training");
+    match train(args, &table, &prepared, device) {
+        Ok(()) => Ok(()),
+        Err(Failure::Usage(message)) => Err(message),
+        Err(Failure::Device(error)) => {
+            let message = Failure::Device(error.clone()).describe();
+            if let Some(path) = &args.telemetry {
+                telemetry::write(path, args, error, device)?;
+            }
+            Err(message)
+        }
+    }
+}
+
+fn train(
+    args: &TrainArgs,
+    table: &Table,
+    prepared: &Prepared,
+    device: Device,
+) -> Result<(), Failure> {
+    let started = Instant::now();
+    let client = ComputeClient::open(device, DeviceOptions::default())?;
+    let width = table.width();
+    let layout = Layout::new(width, &args.layers, args.activation);
+    let initial = layout.initial_parameters(args.seed);
+    let model = DeviceModel::upload(&client, layout.clone(), &initial)?;
+    let config = args.optimizer.config(args.lr());
+    let mut trainer = TapeTrainer::new(&client, model, config)?;
+    let mut batches = Batches::new(prepared.train.rows(), args.batch, args.seed);
+    let steps = args
+        .steps
+        .unwrap_or(args.epochs * batches.per_epoch() as u64);
+    let output = Output::new(args.json, steps);
+    output.start(json!({
+        "event": "start",
+        "dataset": table.name,
+        "device": device.to_string(),
+        "rows": table.rows(),
+        "features": width,
+        "layers": args.layers,
+        "batch": batches.batch(),
+        "optimizer": args.optimizer.name(),
+        "lr": args.lr(),
+        "steps": steps,
+        "parameters": layout.parameter_count(),
+    }));
+    let scale = f64::from(prepared.standardisation.target_std).powi(2);
+    let every = (steps / EVALUATIONS).max(1);
+    let (mut points, mut interval_loss, mut interval_steps) = (Vec::new(), 0.0, 0u64);
+    let mut step_seconds = 0.0;
+    for step in 1..=steps {
+        let (features, targets) = batches.next(&prepared.train, width)?;
+        let begun = Instant::now();
+        let loss = f64::from(trainer.step(&features, &targets)?) * scale;
+        step_seconds += begun.elapsed().as_secs_f64();
+        if !loss.is_finite() {
+            output.finish();
+            return Err(Failure::Usage(format!(
+                "the loss diverged ({loss}) at step {step}: use a smaller --lr"
+            )));
+        }
+        interval_loss += loss;
+        interval_steps += 1;
+        let rate = step as f64 / step_seconds.max(1e-9);
+        output.step(step, loss, rate);
+        if step % every == 0 || step == steps {
+            let validation = evaluate(&client, trainer.model(), prepared, &prepared.validation)?;
+            let train = interval_loss / interval_steps as f64;
+            output.eval(step, train, validation, rate);
+            points.push(LossPoint {
+                step,
+                train,
+                validation,
+            });
+            (interval_loss, interval_steps) = (0.0, 0);
+        }
+    }
+    output.finish();
+    let model = trainer.model();
+    let train_mse = evaluate(&client, model, prepared, &prepared.train)?;
+    let val_mse = evaluate(&client, model, prepared, &prepared.validation)?;
+    let train_mean = prepared
+        .train
+        .raw_targets
+        .iter()
+        .map(|&t| f64::from(t))
+        .sum::<f64>()
+        / prepared.train.rows() as f64;
+    let baseline = vec![train_mean as f32; prepared.validation.rows()];
+    let baseline_mse = mse(&baseline, &prepared.validation.raw_targets);
+    let stats = client.memory_stats()?;
+    let summary = Summary {
+        event: "summary",
+        dataset: table.name.clone(),
+        device: device.to_string(),
+        layers: args.layers.clone(),
+        activation: format!("{:?}", args.activation).to_lowercase(),
+        batch: batches.batch(),
+        optimizer: args.optimizer.name(),
+        lr: args.lr(),
+        steps: trainer.steps(),
+        parameters: layout.parameter_count(),
+        train_rows: prepared.train.rows(),
+        val_rows: prepared.validation.rows(),
+        train_mse,
+        val_mse,
+        baseline_mse,
+        train_seconds: step_seconds,
+        seconds: started.elapsed().as_secs_f64(),
+        steps_per_s: trainer.steps() as f64 / step_seconds.max(1e-9),
+        peak_reserved: stats.peak_reserved_bytes,
+        peak_in_use: stats.peak_in_use_bytes,
+        reclaims: stats.reclaims,
+        step: "tape",
+        amp: false,
+    };
+    keep(args, table, prepared, &client, model)?;
+    if let Some(path) = &args.plot {
+        let title = format!("cistern train: {} ({})", table.name, device);
+        plot::draw(path, &title, &points, baseline_mse)?;
+    }
+    if args.json {
+        println!("{}", json!(summary));
+    } else {
+        summary.print();
+        println!("(--amp is not built yet: it needs the parameter store)");
+    }
+    Ok(())
+}
+
+/// The MSE of the model on `part`, in the target's units.
+fn evaluate(
+    client: &ComputeClient,
+    model: &DeviceModel,
+    prepared: &Prepared,
+    part: &prep::Part,
+) -> Result<f64, Failure> {
+    let outputs = model.predict(client, &part.features)?;
+    let predictions: Vec<f32> = outputs
+        .iter()
+        .map(|&z| prepared.standardisation.untarget(z))
+        .collect();
+    Ok(mse(&predictions, &part.raw_targets))
+}
+
+/// `--save` and `--predictions`.
+fn keep(
+    args: &TrainArgs,
+    table: &Table,
+    prepared: &Prepared,
+    client: &ComputeClient,
+    model: &DeviceModel,
+) -> Result<(), Failure> {
+    if let Some(path) = &args.save {
+        let saved = SavedModel {
+            layout: model.layout.clone(),
+            parameters: model.download(client)?,
+            standardisation: prepared.standardisation.clone(),
+            columns: table.columns.clone(),
+            target: table.target.clone(),
+        };
+        saved.save(path)?;
+    }
+    if let Some(path) = &args.predictions {
+        let mut features = table.features.clone();
+        prepared.standardisation.features(&mut features);
+        let outputs = model.predict(client, &features)?;
+        let predictions: Vec<f32> = outputs
+            .iter()
+            .map(|&z| prepared.standardisation.untarget(z))
+            .collect();
+        super::predict::write_predictions(Some(path), &table.target, &predictions)?;
+    }
+    Ok(())
+}

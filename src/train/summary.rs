@@ -1,0 +1,121 @@
+//! The end of a run: a short table for people, or one JSON summary line.
+
+use serde::Serialize;
+
+/// What a finished run reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Always `"summary"`: the JSON line's event.
+    pub event: &'static str,
+    /// The dataset's name (or the CSV file).
+    pub dataset: String,
+    /// The device trained on (`cpu:0`).
+    pub device: String,
+    /// Hidden widths.
+    pub layers: Vec<usize>,
+    /// The hidden activation.
+    pub activation: String,
+    /// Samples per step.
+    pub batch: usize,
+    /// The optimizer's name.
+    pub optimizer: &'static str,
+    /// Learning rate.
+    pub lr: f64,
+    /// Steps taken.
+    pub steps: u64,
+    /// Parameters trained.
+    pub parameters: usize,
+    /// Training rows, validation rows.
+    pub train_rows: usize,
+    /// Validation rows.
+    pub val_rows: usize,
+    /// MSE on the training part, in the target's units.
+    pub train_mse: f64,
+    /// MSE on the validation part.
+    pub val_mse: f64,
+    /// The validation MSE of predicting the training part's mean.
+    pub baseline_mse: f64,
+    /// Wall time of the steps alone.
+    pub train_seconds: f64,
+    /// Wall time of the whole run (data, evaluation, steps).
+    pub seconds: f64,
+    /// Steps per second of the steps alone.
+    pub steps_per_s: f64,
+    /// The device's peak reserved bytes.
+    pub peak_reserved: u64,
+    /// The device's peak bytes in use.
+    pub peak_in_use: u64,
+    /// Reclaims the device's memory manager ran.
+    pub reclaims: u64,
+    /// How a step runs (`tape`: tape + fused optimizer kernel per tensor).
+    pub step: &'static str,
+    /// Mixed precision (not built yet: always false).
+    pub amp: bool,
+}
+
+impl Summary {
+    /// Prints the table.
+    pub fn print(&self) {
+        let rows = [
+            (
+                "dataset",
+                format!(
+                    "{} ({} train / {} validation rows)",
+                    self.dataset, self.train_rows, self.val_rows
+                ),
+            ),
+            ("device", self.device.clone()),
+            (
+                "model",
+                format!(
+                    "MLP {:?} {}, {} parameters",
+                    self.layers, self.activation, self.parameters
+                ),
+            ),
+            (
+                "optimizer",
+                format!("{} lr {} batch {}", self.optimizer, self.lr, self.batch),
+            ),
+            (
+                "steps",
+                format!(
+                    "{} in {:.2} s ({:.0} steps/s)",
+                    self.steps, self.train_seconds, self.steps_per_s
+                ),
+            ),
+            ("train MSE", format!("{:.4}", self.train_mse)),
+            (
+                "validation MSE",
+                format!(
+                    "{:.4}  ({:.1}% of the mean baseline {:.4})",
+                    self.val_mse,
+                    100.0 * self.val_mse / self.baseline_mse.max(f64::MIN_POSITIVE),
+                    self.baseline_mse
+                ),
+            ),
+            (
+                "memory",
+                format!(
+                    "peak reserved {}, peak in use {}, {} reclaims",
+                    bytes(self.peak_reserved),
+                    bytes(self.peak_in_use),
+                    self.reclaims
+                ),
+            ),
+            ("total time", format!("{:.2} s", self.seconds)),
+        ];
+        for (name, value) in rows {
+            println!("{name:<15} {value}");
+        }
+    }
+}
+
+fn bytes(count: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let count = count as f64;
+    if count >= KIB * KIB {
+        format!("{:.1} MiB", count / (KIB * KIB))
+    } else {
+        format!("{:.1} KiB", count / KIB)
+    }
+}

@@ -1,0 +1,191 @@
+//! End-to-end tests of `cistern train` and `cistern predict`, through the
+//! built binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn cistern(args: &[&str]) -> Output {
+    match Command::new(env!("CARGO_BIN_EXE_cistern"))
+        .args(args)
+        .output()
+    {
+        Ok(output) => output,
+        Err(error) => panic!("cannot run cistern: {error}"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cistern-train-{}", std::process::id()));
+    assert!(std::fs::create_dir_all(&dir).is_ok());
+    dir.join(name)
+}
+
+fn path(p: &std::path::Path) -> &str {
+    p.to_str().unwrap_or_default()
+}
+
+fn json_lines(output: &Output) -> Vec<Value> {
+    text(&output.stdout)
+        .lines()
+        .map(|line| match serde_json::from_str::<Value>(line) {
+            Ok(value) => value,
+            Err(error) => panic!("not a JSON line ({error}): {line}"),
+        })
+        .collect()
+}
+
+/// A small regression CSV: y depends on a and b, with a constant column.
+fn write_csv(name: &str) -> PathBuf {
+    let file = scratch(name);
+    let mut text = String::from("a,b,c,y\n");
+    for i in 0..120 {
+        let (a, b) = ((i % 11) as f32 * 0.3, (i % 7) as f32 - 3.0);
+        text.push_str(&format!("{a},{b},1,{}\n", 2.0 * a - b + 0.5 * a * b));
+    }
+    assert!(std::fs::write(&file, text).is_ok());
+    file
+}
+
+fn fails_with(output: &Output, needle: &str) {
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success(), "should fail; stderr: {stderr}");
+    assert!(stderr.contains(needle), "expected `{needle}` in: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn training_on_the_cpu_beats_the_mean_baseline_and_its_json_lines_parse() {
+    let output = cistern(&["train", "--steps", "300", "--json", "--optimizer", "adam"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let lines = json_lines(&output);
+    assert_eq!(lines[0]["event"], "start");
+    let summary = lines.last().cloned().unwrap_or_default();
+    assert_eq!(summary["event"], "summary");
+    for field in [
+        "dataset",
+        "device",
+        "layers",
+        "batch",
+        "optimizer",
+        "lr",
+        "steps_per_s",
+        "peak_reserved",
+    ] {
+        assert!(!summary[field].is_null(), "no `{field}` in {summary}");
+    }
+    assert_eq!(summary["steps"], 300);
+    let (val, baseline) = (
+        summary["val_mse"].as_f64(),
+        summary["baseline_mse"].as_f64(),
+    );
+    assert!(
+        val < baseline,
+        "validation {val:?} vs baseline {baseline:?}"
+    );
+}
+
+#[test]
+fn a_saved_model_predicts_exactly_what_the_trained_one_did() {
+    let csv = write_csv("data.csv");
+    let (model, trained, predicted) =
+        (scratch("m.safetensors"), scratch("t.csv"), scratch("p.csv"));
+    let output = cistern(&[
+        "train",
+        "--csv",
+        path(&csv),
+        "--target",
+        "y",
+        "--steps",
+        "60",
+        "--layers",
+        "8",
+        "--save",
+        path(&model),
+        "--predictions",
+        path(&trained),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let output = cistern(&[
+        "predict",
+        "--model",
+        path(&model),
+        "--csv",
+        path(&csv),
+        "--output",
+        path(&predicted),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let (trained, predicted) = (
+        std::fs::read_to_string(trained),
+        std::fs::read_to_string(predicted),
+    );
+    assert!(trained.is_ok());
+    assert_eq!(trained.ok(), predicted.ok());
+}
+
+#[test]
+fn a_truncated_model_file_is_a_clear_error() {
+    let csv = write_csv("cut.csv");
+    let model = scratch("cut.safetensors");
+    let output = cistern(&[
+        "train",
+        "--csv",
+        path(&csv),
+        "--target",
+        "y",
+        "--steps",
+        "2",
+        "--save",
+        path(&model),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let bytes = std::fs::read(&model).unwrap_or_default();
+    assert!(std::fs::write(&model, &bytes[..bytes.len() / 2]).is_ok());
+    let output = cistern(&["predict", "--model", path(&model), "--csv", path(&csv)]);
+    fails_with(&output, "not a whole safetensors file");
+}
+
+#[test]
+fn every_bad_csv_is_a_clear_error_naming_the_line_or_column() {
+    let cases = [
+        ("empty.csv", "", "empty"),
+        ("header.csv", "a,y\n", "no data rows"),
+        ("cell.csv", "a,y\n1,2\n3,oops\n", "line 3, column 2"),
+        ("ragged.csv", "a,y\n1,2\n3\n", "line 3"),
+    ];
+    for (name, contents, needle) in cases {
+        let file = scratch(name);
+        assert!(std::fs::write(&file, contents).is_ok());
+        fails_with(
+            &cistern(&["train", "--csv", path(&file), "--target", "y"]),
+            needle,
+        );
+    }
+    let file = write_csv("nocolumn.csv");
+    fails_with(
+        &cistern(&["train", "--csv", path(&file), "--target", "z"]),
+        "no column `z`",
+    );
+    fails_with(&cistern(&["train", "--csv", path(&file)]), "--target");
+}
+
+#[test]
+fn zero_steps_an_empty_split_and_bad_arguments_are_clear_errors() {
+    fails_with(&cistern(&["train", "--steps", "0"]), "--steps 0");
+    let tiny = scratch("tiny.csv");
+    assert!(std::fs::write(&tiny, "a,y\n1,2\n").is_ok());
+    fails_with(
+        &cistern(&["train", "--csv", path(&tiny), "--target", "y"]),
+        "both parts need rows",
+    );
+    fails_with(&cistern(&["train", "--lr=-1"]), "--lr");
+    fails_with(&cistern(&["train", "--device", "tpu"]), "--device");
+    fails_with(&cistern(&["train", "--amp"]), "--amp is not built yet");
+    fails_with(&cistern(&["train", "--layers", "8,x"]), "invalid");
+}
