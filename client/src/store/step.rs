@@ -1,0 +1,281 @@
+//! The optimizer step: validated in full before any device work, then one
+//! fused kernel over the concatenated buffer, reading the staged gradients.
+
+use cistern_optim::{OptimizerConfig, SgdConfig};
+use cistern_runtime::{
+    AllocationPolicy, FailureToken, KernelLaunch, OptimizerStep, optimizer_error,
+};
+
+use super::store::DeviceParamStore;
+use super::work::{Restore, Work};
+use crate::compute::Buffer;
+use crate::error::BackendError;
+use crate::tape::Gradients;
+
+/// The optimizer a store steps with, fixed by its first step.
+#[derive(Clone, Debug)]
+pub(super) struct OptimizerRun {
+    /// The latest step's config (only `lr` may change between steps).
+    pub(super) config: OptimizerConfig,
+    /// The state buffers, in the config's state-layout order.
+    pub(super) state: Vec<Buffer>,
+    /// Steps committed.
+    pub(super) steps: u64,
+}
+
+/// Where a step's gradients come from.
+pub(super) enum GradientSource {
+    /// The staging buffer, as the latest backward left it.
+    Staged,
+    /// Gradients handed over by `Gradients::from_host`, one buffer per
+    /// slot: copied into the staging buffer on the device first.
+    Gather(Vec<Buffer>),
+}
+
+impl DeviceParamStore {
+    /// One SGD step (every option of [`SgdConfig`]: momentum, dampening,
+    /// Nesterov, weight decay, maximize) of every parameter, from
+    /// `gradients`: those of the latest [`backward`](Self::backward) (taken
+    /// from the staging buffer) or handed over by `Gradients::from_host`
+    /// for the pending forward's tape. Consumes the pending forward;
+    /// returns once the step is queued.
+    ///
+    /// Everything is validated before any device work, and a refusal
+    /// changes nothing (the pending forward is kept): no pending forward,
+    /// gradients of an earlier backward or of another store, or an invalid
+    /// config are `InvalidArgument` (naming the field), gradients of
+    /// another tape `TapeMismatch`, a slot without a gradient
+    /// `MissingGradient`. A failure of the queued step reaches the next
+    /// call and latches the store.
+    pub fn step(
+        &mut self,
+        gradients: &Gradients<'_>,
+        config: &SgdConfig,
+    ) -> Result<(), BackendError> {
+        self.run_step(OptimizerConfig::Sgd(config.clone()), gradients)
+            .map(|_| ())
+    }
+
+    /// Validates, then queues a step of `config`; the token of its launch.
+    pub(super) fn run_step(
+        &mut self,
+        config: OptimizerConfig,
+        gradients: &Gradients<'_>,
+    ) -> Result<FailureToken, BackendError> {
+        self.enter_mut()?;
+        let source = self.gradient_source(gradients)?;
+        self.check_config(&config)?;
+        self.queue_step(config, source)
+    }
+
+    /// The gradients' checks: tape, store and serial, then every slot.
+    fn gradient_source(&self, gradients: &Gradients<'_>) -> Result<GradientSource, BackendError> {
+        self.check_tape_device(gradients.tape())?;
+        let pending = self.pending.as_ref().ok_or_else(|| {
+            BackendError::InvalidArgument(
+                "a step needs a registered forward and its backward".into(),
+            )
+        })?;
+        if gradients.tape_id() != pending.tape {
+            return Err(BackendError::TapeMismatch);
+        }
+        let Some(tag) = gradients.staging() else {
+            return self.gathered(gradients, &pending.leaves);
+        };
+        if tag.store != self.id {
+            return Err(BackendError::InvalidArgument(
+                "the gradients were staged by another parameter store".into(),
+            ));
+        }
+        let staged = self
+            .staged
+            .as_ref()
+            .filter(|staged| staged.serial == tag.serial)
+            .ok_or_else(|| {
+                BackendError::InvalidArgument(format!(
+                    "the gradients are of backward {}; the latest is {}",
+                    tag.serial, self.serial
+                ))
+            })?;
+        match staged.filled.iter().position(|&filled| !filled) {
+            Some(slot) => Err(self.missing(slot)),
+            None => Ok(GradientSource::Staged),
+        }
+    }
+
+    /// Host-made gradients: one per slot, each as long as its slot.
+    fn gathered(
+        &self,
+        gradients: &Gradients<'_>,
+        leaves: &[usize],
+    ) -> Result<GradientSource, BackendError> {
+        let mut buffers = Vec::with_capacity(leaves.len());
+        for (slot, layout) in self.layout.slots().iter().enumerate() {
+            let buffer = leaves
+                .get(slot)
+                .and_then(|&leaf| gradients.buffer_at(leaf))
+                .filter(|buffer| buffer.size() == layout.bytes().1)
+                .ok_or_else(|| self.missing(slot))?;
+            buffers.push(buffer.clone());
+        }
+        Ok(GradientSource::Gather(buffers))
+    }
+
+    pub(super) fn missing(&self, slot: usize) -> BackendError {
+        let shape = self.layout.slot(slot).map(|slot| slot.shape.clone());
+        BackendError::MissingGradient(format!(
+            "slot {slot} (shape {:?}): the backward did not reach it",
+            shape.unwrap_or_default()
+        ))
+    }
+
+    /// The config's own checks, then the store's: one family per store,
+    /// and every hyper-parameter but `lr` fixed by the first step.
+    fn check_config(&self, config: &OptimizerConfig) -> Result<(), BackendError> {
+        config
+            .validate()
+            .map_err(|error| BackendError::from(optimizer_error("step", error)))?;
+        let Some(run) = &self.optimizer else {
+            return Ok(());
+        };
+        if std::mem::discriminant(&run.config) != std::mem::discriminant(config) {
+            return Err(BackendError::InvalidArgument(format!(
+                "this store steps with {}; a {} step is refused (one family per store)",
+                family(&run.config),
+                family(config)
+            )));
+        }
+        match changed_field(&run.config, config) {
+            Some(field) => Err(BackendError::InvalidArgument(format!(
+                "step `{field}`: fixed by the first step (only `lr` may change)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Allocates the state on a first step, then queues the step (after
+    /// gathering host-made gradients) and commits it.
+    fn queue_step(
+        &mut self,
+        config: OptimizerConfig,
+        source: GradientSource,
+    ) -> Result<FailureToken, BackendError> {
+        let mut launches = Vec::new();
+        let (state, steps) = match &self.optimizer {
+            Some(run) => (run.state.clone(), run.steps),
+            None => (self.allocate_state(&config, &mut launches)?, 0),
+        };
+        if let GradientSource::Gather(buffers) = source {
+            for (buffer, layout) in buffers.iter().zip(self.layout.slots()) {
+                let (offset, size) = layout.bytes();
+                let target = self.staging.range(offset, size);
+                launches.push(KernelLaunch::identity(buffer.whole(), target));
+            }
+        }
+        let step = OptimizerStep::new(
+            config.clone(),
+            steps + 1,
+            self.segments.clone(),
+            self.params.whole(),
+            self.staging.whole(),
+            state.iter().map(Buffer::whole).collect(),
+        );
+        let token = self.send_step(step, launches)?;
+        self.commit(token.clone(), config, state, steps + 1);
+        Ok(token)
+    }
+
+    /// Sends the step: alone as the optimizer command, or after `before`
+    /// in one batch (checked as a whole before any of it runs).
+    pub(super) fn send_step(
+        &self,
+        step: OptimizerStep,
+        mut before: Vec<KernelLaunch>,
+    ) -> Result<FailureToken, BackendError> {
+        let stream = self.stream.id;
+        let sent = if before.is_empty() {
+            self.client.optimizer_step(stream, step)
+        } else {
+            before.push(step.into_launch());
+            self.client.launch_batch(stream, before)
+        };
+        sent.map_err(|error| self.fail(BackendError::from(error)))
+    }
+
+    /// Records a queued step: the pending forward and staged gradients are
+    /// consumed, the step count advances (put back if the device refuses
+    /// the step as transient; any other failure latches the store).
+    pub(super) fn commit(
+        &mut self,
+        token: FailureToken,
+        config: OptimizerConfig,
+        state: Vec<Buffer>,
+        steps: u64,
+    ) {
+        let restore = Restore {
+            pending: self.pending.take(),
+            staged: self.staged.take(),
+            optimizer: self.optimizer.take(),
+        };
+        self.optimizer = Some(OptimizerRun {
+            config,
+            state,
+            steps,
+        });
+        self.work.push(token, Work::Step(Box::new(restore)));
+    }
+
+    /// The state buffers of `config` from the pools, and the fills that
+    /// set their initial values (queued with the step). A failed
+    /// reservation is returned; nothing is kept.
+    fn allocate_state(
+        &self,
+        config: &OptimizerConfig,
+        launches: &mut Vec<KernelLaunch>,
+    ) -> Result<Vec<Buffer>, BackendError> {
+        let mut state = Vec::new();
+        for buffer in config.state_layout().buffers {
+            let reserved = self.client.reserve_with(
+                self.layout.bytes(),
+                AllocationPolicy::Allow,
+                self.stream.id,
+            );
+            let reserved = reserved.map_err(|error| self.fail(BackendError::from(error)))?;
+            launches.push(KernelLaunch::fill(
+                reserved.whole(),
+                buffer.initial_value as f32,
+            ));
+            state.push(reserved);
+        }
+        Ok(state)
+    }
+}
+
+/// The family's name, as PyTorch spells the optimizer.
+fn family(config: &OptimizerConfig) -> &'static str {
+    match config {
+        OptimizerConfig::Sgd(_) => "SGD",
+        OptimizerConfig::Adam(_) => "Adam",
+        OptimizerConfig::AdamW(_) => "AdamW",
+        OptimizerConfig::RmsProp(_) => "RMSprop",
+        OptimizerConfig::Adagrad(_) => "Adagrad",
+        OptimizerConfig::Lamb(_) => "LAMB",
+    }
+}
+
+/// The first hyper-parameter other than `lr` that differs between two
+/// configs of one family (compared field by field through their serde form).
+fn changed_field(old: &OptimizerConfig, new: &OptimizerConfig) -> Option<String> {
+    let fields = |config: &OptimizerConfig| match serde_json::to_value(config) {
+        Ok(serde_json::Value::Object(outer)) => outer
+            .into_iter()
+            .next()
+            .and_then(|(_, inner)| inner.as_object().cloned()),
+        _ => None,
+    };
+    let (old, new) = (fields(old)?, fields(new)?);
+    old.iter()
+        .filter(|(name, _)| name.as_str() != "lr")
+        .find(|(name, value)| new.get(name.as_str()) != Some(value))
+        .map(|(name, _)| name.clone())
+}
