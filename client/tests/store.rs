@@ -3,8 +3,10 @@
 //! f64 reference, device faults and the poison latch, and memory.
 
 mod store {
+    mod amp;
     mod checks;
     mod common;
+    mod families;
     mod faults;
     mod gradients;
     mod memory;

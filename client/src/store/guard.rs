@@ -156,7 +156,7 @@ impl DeviceParamStore {
         transient.map_or(Ok(()), Err)
     }
 
-    fn put_back(&mut self, work: Work) {
+    pub(super) fn put_back(&mut self, work: Work) {
         match work {
             Work::Staging { serial } => {
                 if self

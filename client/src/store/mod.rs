@@ -3,8 +3,10 @@
 //! failure may have left them half-updated. `docs/param-store.md` has the
 //! design.
 
+mod amp;
 mod backward;
 mod convert;
+mod families;
 mod forward;
 mod guard;
 mod layout;

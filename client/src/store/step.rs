@@ -23,6 +23,17 @@ pub(super) struct OptimizerRun {
     pub(super) steps: u64,
 }
 
+/// A validated step, ready to send: the launches that go before it in
+/// its batch (state fills, gathered gradients), the step, its state and
+/// the step count before it.
+#[derive(Clone, Debug)]
+pub(super) struct PreparedStep {
+    pub(super) before: Vec<KernelLaunch>,
+    pub(super) step: OptimizerStep,
+    pub(super) state: Vec<Buffer>,
+    pub(super) steps: u64,
+}
+
 /// Where a step's gradients come from.
 pub(super) enum GradientSource {
     /// The staging buffer, as the latest backward left it.
@@ -57,15 +68,80 @@ impl DeviceParamStore {
     }
 
     /// Validates, then queues a step of `config`; the token of its launch.
+    /// A LAMB step waits for its kernel, which refuses non-finite moments
+    /// or norms: that refusal changes nothing and never poisons.
     pub(super) fn run_step(
         &mut self,
         config: OptimizerConfig,
         gradients: &Gradients<'_>,
     ) -> Result<FailureToken, BackendError> {
+        let prepared = self.prepare_step(config, gradients)?;
+        let lamb = matches!(prepared.step.args.config, OptimizerConfig::Lamb(_));
+        let token = self.send_step(prepared.step.clone(), prepared.before.clone())?;
+        self.commit(token.clone(), &prepared, prepared.steps + 1);
+        if lamb {
+            self.settle_refusable(&token)?;
+        }
+        Ok(token)
+    }
+
+    /// Every check of a step, then its state (allocated on a first step)
+    /// and launches: nothing is sent.
+    pub(super) fn prepare_step(
+        &mut self,
+        config: OptimizerConfig,
+        gradients: &Gradients<'_>,
+    ) -> Result<PreparedStep, BackendError> {
         self.enter_mut()?;
         let source = self.gradient_source(gradients)?;
         self.check_config(&config)?;
-        self.queue_step(config, source)
+        let mut before = Vec::new();
+        let (state, steps) = match &self.optimizer {
+            Some(run) => (run.state.clone(), run.steps),
+            None => (self.allocate_state(&config, &mut before)?, 0),
+        };
+        if let GradientSource::Gather(buffers) = source {
+            for (buffer, layout) in buffers.iter().zip(self.layout.slots()) {
+                let (offset, size) = layout.bytes();
+                let target = self.staging.range(offset, size);
+                before.push(KernelLaunch::identity(buffer.whole(), target));
+            }
+        }
+        let step = OptimizerStep::new(
+            config,
+            steps + 1,
+            self.segments.clone(),
+            self.params.whole(),
+            self.staging.whole(),
+            state.iter().map(Buffer::whole).collect(),
+        );
+        Ok(PreparedStep {
+            before,
+            step,
+            state,
+            steps,
+        })
+    }
+
+    /// Waits for a queued step whose kernel may refuse it (`InvalidArgument`:
+    /// nothing ran). A refusal puts back the store's state from before the
+    /// step, clears the stream's latched error and is returned; any other
+    /// failure latches the store.
+    pub(super) fn settle_refusable(&mut self, token: &FailureToken) -> Result<(), BackendError> {
+        let error = match token.wait() {
+            Ok(()) => return Ok(()),
+            Err(error) => BackendError::from(error),
+        };
+        if !matches!(error, BackendError::InvalidArgument(_)) && !error.is_transient() {
+            return Err(self.fail(error));
+        }
+        if let Some(item) = self.work.items.pop() {
+            self.put_back(item.work);
+        }
+        // The refusal is latched on the stream too; this sync answers and
+        // clears it, so the next wait does not mistake it for a fault.
+        let _ = self.client.sync(self.stream.id);
+        Err(error)
     }
 
     /// The gradients' checks: tape, store and serial, then every slot.
@@ -153,38 +229,6 @@ impl DeviceParamStore {
         }
     }
 
-    /// Allocates the state on a first step, then queues the step (after
-    /// gathering host-made gradients) and commits it.
-    fn queue_step(
-        &mut self,
-        config: OptimizerConfig,
-        source: GradientSource,
-    ) -> Result<FailureToken, BackendError> {
-        let mut launches = Vec::new();
-        let (state, steps) = match &self.optimizer {
-            Some(run) => (run.state.clone(), run.steps),
-            None => (self.allocate_state(&config, &mut launches)?, 0),
-        };
-        if let GradientSource::Gather(buffers) = source {
-            for (buffer, layout) in buffers.iter().zip(self.layout.slots()) {
-                let (offset, size) = layout.bytes();
-                let target = self.staging.range(offset, size);
-                launches.push(KernelLaunch::identity(buffer.whole(), target));
-            }
-        }
-        let step = OptimizerStep::new(
-            config.clone(),
-            steps + 1,
-            self.segments.clone(),
-            self.params.whole(),
-            self.staging.whole(),
-            state.iter().map(Buffer::whole).collect(),
-        );
-        let token = self.send_step(step, launches)?;
-        self.commit(token.clone(), config, state, steps + 1);
-        Ok(token)
-    }
-
     /// Sends the step: alone as the optimizer command, or after `before`
     /// in one batch (checked as a whole before any of it runs).
     pub(super) fn send_step(
@@ -203,26 +247,28 @@ impl DeviceParamStore {
     }
 
     /// Records a queued step: the pending forward and staged gradients are
-    /// consumed, the step count advances (put back if the device refuses
-    /// the step as transient; any other failure latches the store).
-    pub(super) fn commit(
-        &mut self,
-        token: FailureToken,
-        config: OptimizerConfig,
-        state: Vec<Buffer>,
-        steps: u64,
-    ) {
+    /// consumed and the step count becomes `steps` (put back if the device
+    /// refuses the step as transient; any other failure latches the store).
+    pub(super) fn commit(&mut self, token: FailureToken, prepared: &PreparedStep, steps: u64) {
         let restore = Restore {
             pending: self.pending.take(),
             staged: self.staged.take(),
             optimizer: self.optimizer.take(),
         };
         self.optimizer = Some(OptimizerRun {
-            config,
-            state,
+            config: prepared.step.args.config.clone(),
+            state: prepared.state.clone(),
             steps,
         });
         self.work.push(token, Work::Step(Box::new(restore)));
+    }
+
+    /// Sets the committed step count of the latest step (an AMP step that
+    /// its flag skipped keeps the count from before it).
+    pub(super) fn recount(&mut self, steps: u64) {
+        if let Some(run) = &mut self.optimizer {
+            run.steps = steps;
+        }
     }
 
     /// The state buffers of `config` from the pools, and the fills that

@@ -18,7 +18,9 @@ use crate::tape::{Tape, TapeId, Tensor};
 ///
 /// A step is taken in order: [`register_resident_params`] on the step's
 /// tape, [`linear_forward`] with the returned leaves, a loss,
-/// [`backward`], then [`step`]. Every call first checks, in order: the
+/// [`backward`], then one step ([`step`] for SGD, `step_adam`, `step_adamw`,
+/// `step_rmsprop`, `step_adagrad`, `step_lamb`, or an AMP step). The first
+/// step fixes the optimizer family. Every call first checks, in order: the
 /// store's own poison, the device's published state, the generation of the
 /// store's memory, the tape, store and slot of its arguments, then the
 /// arguments. The first device-level failure is returned as itself and
@@ -48,6 +50,8 @@ pub struct DeviceParamStore {
     /// The serial of the latest backward (0: none yet).
     pub(super) serial: u64,
     pub(super) optimizer: Option<OptimizerRun>,
+    /// The AMP found-inf flag (one `f32`), reserved by the first AMP step.
+    pub(super) found_inf: Option<Buffer>,
     pub(super) work: WorkList,
 }
 
@@ -119,6 +123,7 @@ impl DeviceParamStore {
             staged: None,
             serial: 0,
             optimizer: None,
+            found_inf: None,
             work: WorkList::default(),
         })
     }

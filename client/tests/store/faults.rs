@@ -264,3 +264,50 @@ fn a_capture_by_another_client_never_poisons_and_the_step_can_be_retried() {
     assert_eq!(store.steps(), 1);
     ok(store.sync_to_host(), "the stepped parameters");
 }
+
+#[test]
+fn a_trap_in_an_adam_step_latches_the_store_as_in_sgd() {
+    let model = model(0x81);
+    let per_step = tape_launches_per_step(&model);
+    // Adam's two moment fills, then its kernel.
+    let client = trapping_at(per_step + 3);
+    let mut store = store(&client, &model);
+    with_gradients(&client, &mut store, &model, |store, gradients| {
+        ok(
+            store.step_adam(gradients, &cistern_optim::AdamConfig::default()),
+            "queued",
+        )
+    });
+    assert!(matches!(
+        store.sync_to_host(),
+        Err(BackendError::DeviceContextPoisoned(_))
+    ));
+    refuses_every_call(&client, &mut store);
+}
+
+#[test]
+fn a_trap_in_an_amp_step_is_its_answer_and_latches_the_store() {
+    let model = model(0x82);
+    let per_step = tape_launches_per_step(&model);
+    // The momentum fill, the flag's fill, the unscale, then the kernel.
+    let client = trapping_at(per_step + 4);
+    let mut store = store(&client, &model);
+    let mut scaler = ok(
+        cistern_optim::GradScaler::new(cistern_optim::GradScalerConfig::default()),
+        "scaler",
+    );
+    let answer = with_gradients(&client, &mut store, &model, |store, gradients| {
+        store.step_amp(gradients, &momentum(), &mut scaler)
+    });
+    assert!(
+        matches!(
+            answer,
+            Err(cistern_client::AutodiffError::Backend(
+                BackendError::DeviceContextPoisoned(_)
+            ))
+        ),
+        "got {answer:?}"
+    );
+    assert_eq!(scaler.growth_tracker(), 0, "the scaler is not updated");
+    refuses_every_call(&client, &mut store);
+}
