@@ -17,7 +17,10 @@ impl DeviceParamStore {
     /// when skipped: the parameters and optimizer state are untouched, the
     /// pending forward is consumed, the step count does not advance and the
     /// scaler backs off; otherwise its growth tracker advances (PyTorch's
-    /// `_amp_update_scale_`). One sync: the 4-byte flag read.
+    /// `_amp_update_scale_`). One sync: the 4-byte flag read. A device
+    /// failure is returned (latching the store) and leaves the scaler as it
+    /// was; a backoff that would make the scale 0 or subnormal is
+    /// `InvalidArgument` after the (skipped) step, the scaler unchanged.
     pub fn step_amp(
         &mut self,
         gradients: &Gradients<'_>,
