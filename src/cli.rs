@@ -57,6 +57,10 @@ pub enum BenchCommand {
         /// Parameters updated per step.
         #[arg(long, default_value_t = 1 << 26)]
         params: u64,
+        /// `server`: the raw command alone; `store`: through
+        /// `DeviceParamStore` (200 slots) beside the raw command.
+        #[arg(long, default_value = "server", value_parser = ["server", "store"])]
+        through: String,
     },
     /// GEMM through the server against the GEMM crate called directly.
     Gemm,
@@ -89,7 +93,14 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
     match bench {
         BenchCommand::Alloc { trace, mapping } => crate::bench::alloc::run(&trace, mapping == "on"),
         BenchCommand::Roundtrip => crate::bench::roundtrip::run(),
-        BenchCommand::Optim { optimizer, params } => crate::bench::optim::run(&optimizer, params),
+        BenchCommand::Optim {
+            optimizer,
+            params,
+            through,
+        } => match through.as_str() {
+            "store" => crate::bench::optim_store::run(&optimizer, params),
+            _ => crate::bench::optim::run(&optimizer, params),
+        },
         BenchCommand::Gemm => crate::bench::gemm::run(),
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => not_built("bench train-step", 0),

@@ -14,9 +14,9 @@ use crate::shape::ShapeError;
 /// No client call returns it: `ComputeClient` returns [`ServerError`], and
 /// `BackendError::from(error)` converts any of them with the same
 /// [`code`](BackendError::code); `AutodiffError::Backend` and `ErrorReport`
-/// carry it. The first eighteen variants are the card's, in its order
-/// (among them the parameter store's, `TapeMismatch` included, which
-/// nothing returns yet); the rest keep apart failures a caller handles differently (see
+/// carry it; the parameter store (`DeviceParamStore`) returns it. The
+/// first eighteen variants are the card's, in its order (among them the
+/// store's); the rest keep apart failures a caller handles differently (see
 /// `docs/error-codes.md`). Serializable; new variants go last (bincode
 /// encodes variants by position).
 #[non_exhaustive]
@@ -210,6 +210,31 @@ impl BackendError {
     /// the device again.
     pub fn is_device_poisoned(&self) -> bool {
         matches!(self, BackendError::DeviceContextPoisoned(_))
+    }
+
+    /// The context generation a `DeviceContextPoisoned` was poisoned in
+    /// (what `invalidate` takes), read from its message; `None` for every
+    /// other variant, or a message not made from a `DevicePoison`.
+    pub fn poisoned_generation(&self) -> Option<u64> {
+        self.poisoned_at().map(|(_, generation)| generation)
+    }
+
+    /// The device ordinal a `DeviceContextPoisoned` names, read from its
+    /// message; `None` otherwise.
+    pub fn poisoned_ordinal(&self) -> Option<usize> {
+        self.poisoned_at().map(|(ordinal, _)| ordinal)
+    }
+
+    /// `(ordinal, generation)` from `DevicePoison`'s display, `device {o}
+    /// poisoned in generation {g} during …`.
+    fn poisoned_at(&self) -> Option<(usize, u64)> {
+        let BackendError::DeviceContextPoisoned(message) = self else {
+            return None;
+        };
+        let rest = message.strip_prefix("device ")?;
+        let (ordinal, rest) = rest.split_once(" poisoned in generation ")?;
+        let generation = rest.split(' ').next()?;
+        Some((ordinal.parse().ok()?, generation.parse().ok()?))
     }
 
     /// True when releasing memory (dropping handles, `reclaim`) and retrying

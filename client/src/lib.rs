@@ -1,5 +1,6 @@
 //! Cistern's client side: `ComputeClient` and its handles, the training
-//! tape (`Tape`, `Var`, `Gradients`), `BackendError`, `AutodiffError`, and
+//! tape (`Tape`, `Var`, `Gradients`), the parameter store
+//! (`DeviceParamStore`), `BackendError`, `AutodiffError`, and
 //! `ErrorReport` with its JSON and bincode codecs.
 //!
 //! Depends on `cistern-runtime`, `cistern-memory` and `cistern-optim`; never
@@ -11,6 +12,7 @@ mod compute;
 mod error;
 mod report;
 mod shape;
+mod store;
 mod tape;
 
 pub use cistern_memory::ErrorCode;
@@ -22,4 +24,5 @@ pub use compute::{
 pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
+pub use store::{DeviceParamStore, ResidentLeaf};
 pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};

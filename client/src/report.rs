@@ -70,6 +70,15 @@ impl ReportedError {
         if let Some(poison) = poison {
             return (Some(poison.ordinal), Some(poison.generation));
         }
+        let backend = match self {
+            ReportedError::Backend(backend)
+            | ReportedError::Autodiff(AutodiffError::Backend(backend)) => Some(backend),
+            _ => None,
+        };
+        if let Some(generation) = backend.and_then(BackendError::poisoned_generation) {
+            let ordinal = backend.and_then(BackendError::poisoned_ordinal);
+            return (ordinal, Some(generation));
+        }
         match self {
             ReportedError::Server(ServerError::StaleGeneration {
                 ordinal,

@@ -3,6 +3,7 @@
 pub mod alloc;
 pub mod gemm;
 pub mod optim;
+pub mod optim_store;
 pub mod peak;
 pub mod roundtrip;
 pub mod tape;

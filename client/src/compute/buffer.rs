@@ -9,15 +9,22 @@ use super::client::Shared;
 /// A device allocation. Cheap to clone; when the last clone drops, a free
 /// is sent to the server (which reuses the memory once the streams that used
 /// it are past their uses). Keeps its server alive.
+///
+/// A handle may be a view of a byte range of its allocation (the parameter
+/// store hands out one per slot): its size, bindings and regions are then
+/// the range's.
 #[derive(Clone, Debug)]
 pub struct Buffer {
     inner: Arc<BufferInner>,
+    /// Where the handle's bytes start in the allocation.
+    offset: u64,
+    /// The handle's bytes.
+    size: u64,
 }
 
 #[derive(Debug)]
 struct BufferInner {
     reference: BufferRef,
-    size: u64,
     owner: Arc<Shared>,
 }
 
@@ -33,17 +40,26 @@ impl Drop for BufferInner {
 impl Buffer {
     pub(crate) fn new(reference: BufferRef, size: u64, owner: Arc<Shared>) -> Self {
         Buffer {
-            inner: Arc::new(BufferInner {
-                reference,
-                size,
-                owner,
-            }),
+            inner: Arc::new(BufferInner { reference, owner }),
+            offset: 0,
+            size,
         }
     }
 
-    /// Its size in bytes, as reserved.
+    /// A handle to `size` bytes from `offset` of this one, sharing its
+    /// allocation; `None` when the range does not fit.
+    pub(crate) fn view(&self, offset: u64, size: u64) -> Option<Buffer> {
+        let end = offset.checked_add(size)?;
+        (end <= self.size).then(|| Buffer {
+            inner: self.inner.clone(),
+            offset: self.offset + offset,
+            size,
+        })
+    }
+
+    /// Its size in bytes, as reserved (a view's: its range's).
     pub fn size(&self) -> u64 {
-        self.inner.size
+        self.size
     }
 
     /// The name commands use for it (server, allocation, generation).
@@ -59,14 +75,14 @@ impl Buffer {
 
     /// A kernel binding of all its bytes.
     pub fn whole(&self) -> Binding {
-        self.range(0, self.inner.size)
+        self.range(0, self.size)
     }
 
     /// A kernel binding of `size` bytes from `offset` (checked by the server).
     pub fn range(&self, offset: u64, size: u64) -> Binding {
         Binding {
             buffer: self.inner.reference,
-            offset,
+            offset: self.offset.saturating_add(offset),
             size,
         }
     }
@@ -75,7 +91,7 @@ impl Buffer {
     pub fn region(&self, offset: u64, size: u64) -> Region {
         Region {
             buffer: self.inner.reference,
-            offset,
+            offset: self.offset.saturating_add(offset),
             size,
         }
     }

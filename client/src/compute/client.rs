@@ -355,6 +355,11 @@ impl ComputeClient {
         &self.shared.server
     }
 
+    /// Whether `other` drives the same server (a clone of this client).
+    pub(crate) fn same_server(&self, other: &ComputeClient) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     pub(crate) fn check_owner(&self, buffer: &Buffer) -> Result<(), ServerError> {
         if buffer.belongs_to(&self.shared) {
             Ok(())

@@ -35,8 +35,20 @@ impl Tape {
     /// loss is `GradientTrackingDisabled`; another tape's is `TapeMismatch`;
     /// a failure a waiting call of this tape already saw is returned again.
     /// Each call computes afresh. A linear whose input is untracked skips
-    /// that input's gradient.
+    /// that input's gradient. A loss that reaches a parameter store's
+    /// registered parameters is `InvalidArgument`: their gradients go
+    /// through `DeviceParamStore::backward`.
     pub fn backward(&self, loss: &Var<'_>) -> Result<Gradients<'_>, AutodiffError> {
+        self.backward_walk(loss, false)
+    }
+
+    /// The backward walk; `through_store` allows store parameters among
+    /// the reached values (the store's backward takes their gradients).
+    pub(crate) fn backward_walk(
+        &self,
+        loss: &Var<'_>,
+        through_store: bool,
+    ) -> Result<Gradients<'_>, AutodiffError> {
         let root = self.index_of(loss)?;
         if let Some(failure) = self.failure() {
             return Err(failure);
@@ -61,6 +73,19 @@ impl Tape {
                 .collect();
             (reached_from(nodes, root), slots)
         });
+        let reaches_store = self.with_nodes(|nodes| {
+            nodes
+                .iter()
+                .zip(&reached)
+                .any(|(node, &reached)| reached && node.tracked && node.resident.is_some())
+        });
+        if reaches_store && !through_store {
+            return Err(AutodiffError::InvalidArgument(
+                "the loss reaches a parameter store's parameters: \
+                 run DeviceParamStore::backward"
+                    .into(),
+            ));
+        }
         let mut grads: Vec<Option<Grad>> = vec![None; root + 1];
         grads[root] = Some(Grad::Constant(1.0));
         for index in (0..=root).rev() {

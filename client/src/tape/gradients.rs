@@ -17,6 +17,18 @@ use crate::shape::ShapeError;
 pub struct Gradients<'t> {
     tape: &'t Tape,
     slots: Vec<Slot>,
+    /// Set by a store's backward: which store staged the resident
+    /// gradients, and that backward's serial.
+    staged: Option<StagedBy>,
+}
+
+/// The store backward that made a [`Gradients`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StagedBy {
+    /// The store's process-unique id.
+    pub(crate) store: u64,
+    /// The store's backward serial.
+    pub(crate) serial: u64,
 }
 
 /// What is known of one value's gradient.
@@ -40,7 +52,35 @@ pub struct Gradient<'g> {
 
 impl<'t> Gradients<'t> {
     pub(super) fn new(tape: &'t Tape, slots: Vec<Slot>) -> Self {
-        Gradients { tape, slots }
+        Gradients {
+            tape,
+            slots,
+            staged: None,
+        }
+    }
+
+    /// The same gradients, marked as staged by a store's backward.
+    pub(crate) fn staged_by(mut self, staged: StagedBy) -> Self {
+        self.staged = Some(staged);
+        self
+    }
+
+    /// The store backward that made them, if one did.
+    pub(crate) fn staging(&self) -> Option<StagedBy> {
+        self.staged
+    }
+
+    /// The tape they are of.
+    pub(crate) fn tape(&self) -> &'t Tape {
+        self.tape
+    }
+
+    /// The gradient buffer of value `index`, where there is one.
+    pub(crate) fn buffer_at(&self, index: VarIndex) -> Option<&Buffer> {
+        match self.slots.get(index) {
+            Some(Slot::Grad(buffer)) => Some(buffer),
+            _ => None,
+        }
     }
 
     /// Gradients computed elsewhere (another autodiff, on the host), for
@@ -76,7 +116,7 @@ impl<'t> Gradients<'t> {
                 *slot = Slot::Grad(buffer);
             }
         }
-        Ok(Gradients { tape, slots })
+        Ok(Gradients::new(tape, slots))
     }
 
     /// The id of the tape these gradients are of.

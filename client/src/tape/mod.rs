@@ -16,7 +16,9 @@ mod tensor;
 mod var;
 mod work;
 
+pub(crate) use gradients::StagedBy;
 pub use gradients::{Gradient, Gradients};
+pub(crate) use node::ResidentMark;
 pub use tape::{Tape, TapeId};
 pub use tensor::Tensor;
 pub use var::Var;

@@ -18,6 +18,18 @@ pub(super) struct Node {
     /// Whether gradients flow to it (a tracked leaf, or made from one).
     pub(super) tracked: bool,
     pub(super) op: Op,
+    /// Set for a parameter a store keeps on the device: its gradient goes
+    /// through the store, and its value is read through the store only.
+    pub(super) resident: Option<ResidentMark>,
+}
+
+/// Which store slot a resident leaf is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ResidentMark {
+    /// The store's process-unique id.
+    pub(crate) store: u64,
+    /// The slot, in registration order.
+    pub(crate) slot: usize,
 }
 
 impl Node {

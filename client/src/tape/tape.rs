@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cistern_runtime::{AllocationPolicy, FailureToken, KernelLaunch, ServerError, StreamId};
 use serde::{Deserialize, Serialize};
 
-use super::node::{Node, Op, VarIndex};
+use super::node::{Node, Op, ResidentMark, VarIndex};
 use super::tensor::Tensor;
 use super::var::Var;
 use super::work::WorkLog;
@@ -124,6 +124,29 @@ impl Tape {
         Ok(self.push(buffer.clone(), shape.to_vec(), true, Op::Leaf))
     }
 
+    /// A leaf over a store's slot (`buffer` a view holding exactly
+    /// `shape`'s elements, checked by the store): tracked for a registered
+    /// forward, untracked for a snapshot. Its gradient is the store's to
+    /// take, and its value is not readable through the tape.
+    pub(crate) fn var_store_slot(
+        &self,
+        buffer: Buffer,
+        shape: Vec<usize>,
+        tracked: bool,
+        mark: ResidentMark,
+    ) -> Var<'_> {
+        let var = self.push(buffer, shape, tracked, Op::Leaf);
+        if let Some(node) = self.nodes.borrow_mut().last_mut() {
+            node.resident = Some(mark);
+        }
+        var
+    }
+
+    /// The store slot value `index` is, if it is one.
+    pub(crate) fn resident_mark(&self, index: VarIndex) -> Option<ResidentMark> {
+        self.with_node(index, |node| node.resident)
+    }
+
     /// The kernel launches this tape has sent, in order: what one step ran,
     /// to inspect, or to replay while the tape lives (it holds every buffer
     /// they bind).
@@ -141,7 +164,7 @@ impl Tape {
     }
 
     /// The index of `var` on this tape; `TapeMismatch` for another tape's.
-    pub(super) fn index_of(&self, var: &Var<'_>) -> Result<VarIndex, AutodiffError> {
+    pub(crate) fn index_of(&self, var: &Var<'_>) -> Result<VarIndex, AutodiffError> {
         if var.tape().id == self.id {
             Ok(var.index())
         } else {
@@ -162,8 +185,14 @@ impl Tape {
 
     /// Records a detached copy of value `index`: the same buffer, untracked.
     pub(super) fn detached(&self, index: VarIndex) -> Var<'_> {
-        let (value, shape) = self.with_node(index, |node| (node.value.clone(), node.shape.clone()));
-        self.push(value, shape, false, Op::Leaf)
+        let (value, shape, mark) = self.with_node(index, |node| {
+            (node.value.clone(), node.shape.clone(), node.resident)
+        });
+        let var = self.push(value, shape, false, Op::Leaf);
+        if let Some(node) = self.nodes.borrow_mut().last_mut() {
+            node.resident = mark;
+        }
+        var
     }
 
     fn push(&self, value: Buffer, shape: Vec<usize>, tracked: bool, op: Op) -> Var<'_> {
@@ -173,6 +202,7 @@ impl Tape {
             shape,
             tracked,
             op,
+            resident: None,
         });
         Var::new(self, nodes.len() - 1)
     }
@@ -208,12 +238,13 @@ impl Tape {
         Ok(buffer)
     }
 
-    /// Sends `launch` on the tape's stream; its failure reaches the log.
-    pub(super) fn launch(&self, launch: KernelLaunch) -> Result<(), AutodiffError> {
+    /// Sends `launch` on the tape's stream; its failure reaches the log
+    /// and the returned token.
+    pub(crate) fn launch(&self, launch: KernelLaunch) -> Result<FailureToken, AutodiffError> {
         let sent = self.client.launch_tracked(self.stream, launch.clone());
         let token: FailureToken = self.answer(sent)?;
-        self.work.borrow_mut().record(launch, token);
-        Ok(())
+        self.work.borrow_mut().record(launch, token.clone());
+        Ok(token)
     }
 
     /// A call's result; a failed one answers the earliest failed launch of

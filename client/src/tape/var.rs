@@ -27,7 +27,7 @@ impl<'t> Var<'t> {
         self.tape
     }
 
-    pub(super) fn index(&self) -> VarIndex {
+    pub(crate) fn index(&self) -> VarIndex {
         self.index
     }
 
@@ -69,7 +69,14 @@ impl<'t> Var<'t> {
 
     /// Reads it back; waits for the tape's stream to reach the read. A
     /// failed launch of the tape is returned instead of the value.
+    /// A store's parameter is read through its store (`sync_to_host`):
+    /// `InvalidArgument` here.
     pub fn to_host(&self) -> Result<Tensor<f32>, AutodiffError> {
+        if self.tape.resident_mark(self.index).is_some() {
+            return Err(AutodiffError::InvalidArgument(
+                "a store's parameter is read through its store (sync_to_host)".into(),
+            ));
+        }
         let (value, shape, len) = self.tape.with_node(self.index, |node| {
             (node.value.clone(), node.shape.clone(), node.len())
         });

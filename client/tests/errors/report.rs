@@ -65,6 +65,21 @@ fn a_poisoned_report_names_the_device_and_generation_of_the_fault() {
 }
 
 #[test]
+fn a_poisoned_backend_error_gives_the_generation_to_invalidate() {
+    let error = BackendError::from(ServerError::ContextPoisoned(poison()));
+    assert_eq!(error.poisoned_generation(), Some(7));
+    assert_eq!(error.poisoned_ordinal(), Some(1));
+    let report = ErrorReport::from_backend_error(&error, None, None);
+    assert_eq!((report.ordinal, report.generation), (Some(1), Some(7)));
+    let through_autodiff = AutodiffError::from(error);
+    let report = ErrorReport::from_autodiff_error(&through_autodiff, None, None);
+    assert_eq!((report.ordinal, report.generation), (Some(1), Some(7)));
+    let other = BackendError::DeviceContextPoisoned("not a poison's message".into());
+    assert_eq!(other.poisoned_generation(), None);
+    assert_eq!(BackendError::StorePoisoned.poisoned_generation(), None);
+}
+
+#[test]
 fn a_stale_handle_report_names_the_current_generation() {
     let error = BackendError::StaleDeviceGeneration {
         ordinal: 3,

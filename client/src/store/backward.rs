@@ -1,0 +1,81 @@
+//! The store's backward: the tape's walk, with the registered parameters'
+//! gradients written into the staging buffer, tagged with a serial.
+
+use cistern_runtime::KernelLaunch;
+
+use super::store::{DeviceParamStore, Staged};
+use super::work::Work;
+use crate::error::{AutodiffError, BackendError};
+use crate::tape::{Gradients, StagedBy, Tape, Var};
+
+impl DeviceParamStore {
+    /// The gradients of the scalar `loss` on `tape` (as
+    /// [`Tape::backward`]), with every registered parameter's gradient also
+    /// written into the store's staging buffer, tagged with a new backward
+    /// serial: the next [`step`](Self::step) takes them from there without
+    /// an upload. Nothing waits for the device.
+    ///
+    /// No pending forward is `InvalidArgument`; a tape other than the
+    /// pending forward's `TapeMismatch`; a tape of another device
+    /// `DeviceMismatch`. The tape's own errors are returned as the tape
+    /// gives them. A parameter the loss does not reach gets no gradient
+    /// (the step then answers `MissingGradient`).
+    pub fn backward<'t>(
+        &mut self,
+        tape: &'t Tape,
+        loss: &Var<'t>,
+    ) -> Result<Gradients<'t>, AutodiffError> {
+        self.enter_mut()?;
+        self.check_tape_device(tape)?;
+        let leaves = match &self.pending {
+            None => {
+                return Err(AutodiffError::InvalidArgument(
+                    "backward through the store needs a registered forward".into(),
+                ));
+            }
+            Some(pending) if pending.tape != tape.id() => {
+                return Err(BackendError::TapeMismatch.into());
+            }
+            Some(pending) => pending.leaves.clone(),
+        };
+        self.staged = None;
+        let gradients = tape
+            .backward_walk(loss, true)
+            .map_err(|error| self.fail_autodiff(error))?;
+        self.serial += 1;
+        let serial = self.serial;
+        let mut filled = vec![false; leaves.len()];
+        for (slot, &leaf) in leaves.iter().enumerate() {
+            let (Some(gradient), Some(layout)) =
+                (gradients.buffer_at(leaf), self.layout.slot(slot))
+            else {
+                continue;
+            };
+            let (offset, size) = layout.bytes();
+            let target = self.staging.range(offset, size);
+            let token = tape
+                .launch(KernelLaunch::identity(gradient.whole(), target))
+                .map_err(|error| self.fail_autodiff(error))?;
+            self.work.push(token, Work::Staging { serial });
+            filled[slot] = true;
+        }
+        self.staged = Some(Staged {
+            serial,
+            tape: tape.id(),
+            filled,
+        });
+        Ok(gradients.staged_by(StagedBy {
+            store: self.id,
+            serial,
+        }))
+    }
+
+    /// A tape error met by a store call, latching the store when it is
+    /// device-level.
+    fn fail_autodiff(&self, error: AutodiffError) -> AutodiffError {
+        match error {
+            AutodiffError::Backend(error) => AutodiffError::Backend(self.fail(error)),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! `DeviceParamStore`: a training program's parameters, resident on the
+//! device in one buffer, updated in place, and refused once a device
+//! failure may have left them half-updated. `docs/param-store.md` has the
+//! design.
+
+mod amp;
+mod backward;
+mod convert;
+mod families;
+mod forward;
+mod guard;
+mod layout;
+mod readers;
+mod step;
+#[allow(clippy::module_inception)]
+mod store;
+mod work;
+
+pub use forward::ResidentLeaf;
+pub use store::DeviceParamStore;

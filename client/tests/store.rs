@@ -1,0 +1,15 @@
+//! The parameter store through the public API: the order of its checks,
+//! the pending forward, staged gradients and their readers, SGD against the
+//! f64 reference, device faults and the poison latch, and memory.
+
+mod store {
+    mod amp;
+    mod checks;
+    mod common;
+    mod families;
+    mod faults;
+    mod gradients;
+    mod memory;
+    mod pending;
+    mod sgd;
+}

@@ -1,0 +1,128 @@
+//! Mixed precision through the store: sequences with infinities and NaN at
+//! chosen steps give the parameters, skips and final scale of the reference
+//! `GradScaler` semantics, for SGD, Adam and AdamW.
+
+use cistern_client::{Gradients, Tape, Tensor};
+use cistern_optim::parity::{PARAM_FLOOR, TOLERANCE, max_relative_error};
+use cistern_optim::reference::{self, ReferenceState};
+use cistern_optim::{
+    AdamConfig, AdamWConfig, GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig,
+};
+
+use super::common::{flat, flat32, loss, model, ok, open, segments, store};
+
+/// What is at the first gradient element of a step.
+fn poisoned_value(step: u64) -> Option<f32> {
+    match step {
+        3 => Some(f32::INFINITY),
+        7 | 8 => Some(f32::NAN),
+        12 => Some(f32::NEG_INFINITY),
+        _ => None,
+    }
+}
+
+fn scaler() -> GradScaler {
+    let config = GradScalerConfig {
+        init_scale: 1024.0,
+        growth_interval: 3,
+        ..GradScalerConfig::default()
+    };
+    ok(GradScaler::new(config), "a scaler")
+}
+
+/// 16 AMP steps of `config`, the loss scaled by the scaler's scale; at
+/// the chosen steps a non-finite value replaces the first gradient.
+fn matches_the_reference_scaler(config: OptimizerConfig) {
+    let client = open();
+    let model = model(0xA3);
+    let mut store = store(&client, &model);
+    let segments = segments(&model.params);
+    let (mut device_scaler, mut host_scaler) = (scaler(), scaler());
+    let mut want = ReferenceState::new(&config, flat(&model.params));
+    let (mut want_steps, mut skips) = (0u64, 0u64);
+    for step in 1..=16 {
+        let tape = Tape::new(&client);
+        let leaves = ok(store.register_resident_params(&tape), "register");
+        let value = ok(loss(&store, &tape, &leaves, &model), "forward");
+        let scaled = ok(tape.scale(&value, device_scaler.scale()), "scaled loss");
+        let gradients = ok(store.backward(&tape, &scaled), "backward");
+        let mut staged: Vec<Tensor<f32>> = ok(store.resident_grads_to_host(), "staged")
+            .into_iter()
+            .flatten()
+            .collect();
+        let host;
+        let used = match poisoned_value(step) {
+            None => &gradients,
+            Some(bad) => {
+                let mut first = staged[0].clone().into_data();
+                first[0] = bad;
+                staged[0] = ok(Tensor::new(staged[0].shape(), first), "bad gradient");
+                let pairs = leaves.iter().map(|leaf| leaf.var()).zip(staged.clone());
+                host = ok(Gradients::from_host(&tape, pairs), "from_host");
+                &host
+            }
+        };
+        let skipped = ok(
+            amp_step(&mut store, used, &config, &mut device_scaler),
+            "amp step",
+        );
+        let grads = flat(&staged);
+        let found_inf = grads.iter().any(|g| !g.is_finite());
+        assert_eq!(skipped, found_inf, "step {step}");
+        if found_inf {
+            skips += 1;
+        } else {
+            let inv_scale = f64::from(host_scaler.inv_scale());
+            let unscaled: Vec<f64> = grads.iter().map(|g| g * inv_scale).collect();
+            want_steps += 1;
+            ok(
+                reference::step(&config, want_steps, &segments, &unscaled, &mut want),
+                "reference",
+            );
+        }
+        ok(host_scaler.update(found_inf), "host scaler");
+        assert_eq!(device_scaler, host_scaler, "step {step}");
+        let got = flat32(&ok(store.sync_to_host(), "sync_to_host"));
+        let error = max_relative_error(&got, &want.params, PARAM_FLOOR);
+        assert!(error <= TOLERANCE, "step {step} of {config:?}: {error}");
+    }
+    assert_eq!(skips, 4);
+    assert_eq!(store.steps(), want_steps);
+    assert_eq!(device_scaler.scale(), host_scaler.scale());
+}
+
+fn amp_step(
+    store: &mut cistern_client::DeviceParamStore,
+    gradients: &Gradients<'_>,
+    config: &OptimizerConfig,
+    scaler: &mut GradScaler,
+) -> Result<bool, cistern_client::AutodiffError> {
+    match config {
+        OptimizerConfig::Sgd(config) => store.step_amp(gradients, config, scaler),
+        OptimizerConfig::Adam(config) => store.step_adam_amp(gradients, config, scaler),
+        OptimizerConfig::AdamW(config) => store.step_adamw_amp(gradients, config, scaler),
+        other => panic!("no AMP step for {other:?}"),
+    }
+}
+
+#[test]
+fn amp_sgd_with_infinities_and_nan_matches_the_reference_scaler() {
+    matches_the_reference_scaler(OptimizerConfig::Sgd(SgdConfig {
+        lr: 0.002,
+        momentum: 0.9,
+        ..SgdConfig::default()
+    }));
+}
+
+#[test]
+fn amp_adam_with_infinities_and_nan_matches_the_reference_scaler() {
+    matches_the_reference_scaler(OptimizerConfig::Adam(AdamConfig::default()));
+}
+
+#[test]
+fn amp_adamw_with_infinities_and_nan_matches_the_reference_scaler() {
+    matches_the_reference_scaler(OptimizerConfig::AdamW(AdamWConfig {
+        amsgrad: true,
+        ..AdamWConfig::default()
+    }));
+}

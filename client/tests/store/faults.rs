@@ -1,0 +1,313 @@
+//! Device faults and the store: a trap mid-training latches it (it refuses
+//! every call and never shows its bytes), concurrent readers see only
+//! errors, an invalidate makes it stale, the poison error names the
+//! generation to invalidate, and a capture by another client never
+//! poisons it.
+
+use std::sync::Arc;
+
+use cistern_client::{BackendError, ComputeClient, DeviceParamStore, ErrorReport, Tape};
+use cistern_optim::SgdConfig;
+use cistern_runtime::{DeviceOptions, FaultPlan};
+
+use super::common::{Model, loss, model, ok, open, open_with, store, with_gradients};
+
+fn momentum() -> SgdConfig {
+    SgdConfig {
+        lr: 0.01,
+        momentum: 0.9,
+        ..SgdConfig::default()
+    }
+}
+
+/// One training step; its forward/backward launches and the step's result.
+fn train(
+    client: &ComputeClient,
+    store: &mut DeviceParamStore,
+    model: &Model,
+) -> (usize, Result<(), BackendError>) {
+    let tape = Tape::new(client);
+    let leaves = ok(store.register_resident_params(&tape), "register");
+    let loss = ok(loss(store, &tape, &leaves, model), "forward");
+    let gradients = store.backward(&tape, &loss);
+    let launches = tape.launches().len();
+    let stepped = match gradients {
+        Ok(gradients) => store.step(&gradients, &momentum()),
+        Err(error) => Err(BackendError::InvalidArgument(error.to_string())),
+    };
+    (launches, stepped)
+}
+
+/// The launches one training step of `model` queues on the tape (forward,
+/// backward, staging copies), measured on a healthy device.
+fn tape_launches_per_step(model: &Model) -> u64 {
+    let client = open();
+    let mut store = store(&client, model);
+    let (launches, stepped) = train(&client, &mut store, model);
+    ok(stepped, "a healthy step");
+    launches as u64
+}
+
+/// A device whose launch `n` traps.
+fn trapping_at(n: u64) -> ComputeClient {
+    open_with(
+        DeviceOptions::with_memory_limit(64 << 20)
+            .with_faults(FaultPlan::none().with_trap_at_launch(n)),
+    )
+}
+
+/// A store on a device whose first step's kernel traps, with that step
+/// queued (the step itself returns before it runs).
+fn a_queued_step_that_traps(seed: u64) -> (ComputeClient, DeviceParamStore) {
+    let model = model(seed);
+    let per_step = tape_launches_per_step(&model);
+    // The state fill, then the kernel.
+    let client = trapping_at(per_step + 2);
+    let mut store = store(&client, &model);
+    ok(train(&client, &mut store, &model).1, "the step is queued");
+    (client, store)
+}
+
+/// Every entry point of `store`, each answering `StorePoisoned`.
+fn refuses_every_call(client: &ComputeClient, store: &mut DeviceParamStore) {
+    let poisoned = Err(BackendError::StorePoisoned);
+    assert_eq!(store.sync_to_host().map(|_| ()), poisoned);
+    assert_eq!(store.wait_device(), poisoned);
+    assert_eq!(store.resident_grads_to_host().map(|_| ()), poisoned);
+    assert_eq!(store.abandon_pending_forward().map(|_| ()), poisoned);
+    let tape = Tape::new(client);
+    assert_eq!(store.register_resident_params(&tape).map(|_| ()), poisoned);
+    assert_eq!(store.snapshot_resident_params(&tape).map(|_| ()), poisoned);
+    let gradients = ok(
+        cistern_client::Gradients::from_host(&tape, []),
+        "no gradients",
+    );
+    assert_eq!(store.step(&gradients, &momentum()), poisoned);
+    assert_eq!(store.param_grads_to_host(&gradients).map(|_| ()), poisoned);
+    assert!(store.is_poisoned());
+}
+
+#[test]
+fn a_trap_in_the_middle_of_a_step_leaves_the_store_refusing_every_call() {
+    let model = model(0x7A);
+    let per_step = tape_launches_per_step(&model);
+    // Step 1 queues its state fill and its kernel; later steps the kernel
+    // alone: the third step's kernel traps.
+    let client = trapping_at(3 * per_step + 2 + 1 + 1);
+    let mut store = store(&client, &model);
+    for _ in 0..2 {
+        ok(train(&client, &mut store, &model).1, "healthy steps");
+    }
+    ok(store.wait_device(), "healthy steps ran");
+    // The trapped step is queued: the step itself returns before it runs.
+    assert_eq!(train(&client, &mut store, &model).1, Ok(()));
+    let first = store.sync_to_host();
+    match &first {
+        Err(BackendError::DeviceContextPoisoned(message)) => assert!(message.contains("trap")),
+        other => panic!("the trap is returned as itself, got {other:?}"),
+    }
+    refuses_every_call(&client, &mut store);
+}
+
+#[test]
+fn a_trap_while_backward_stages_gradients_poisons_the_store_on_its_next_call() {
+    let model = model(0x7B);
+    let per_step = tape_launches_per_step(&model);
+    // The last launch of the first backward is a staging copy.
+    let client = trapping_at(per_step);
+    let mut store = store(&client, &model);
+    let (_, stepped) = train(&client, &mut store, &model);
+    let answer = stepped.and_then(|()| store.wait_device());
+    assert!(
+        matches!(answer, Err(BackendError::DeviceContextPoisoned(_))),
+        "the trap is the answer, got {answer:?}"
+    );
+    refuses_every_call(&client, &mut store);
+}
+
+#[test]
+fn a_failed_wait_poisons_the_store() {
+    let (_client, store) = a_queued_step_that_traps(0x7C);
+    assert!(matches!(
+        store.wait_device(),
+        Err(BackendError::DeviceContextPoisoned(_))
+    ));
+    assert_eq!(store.wait_device(), Err(BackendError::StorePoisoned));
+}
+
+#[test]
+fn concurrent_readers_while_a_step_fails_see_only_errors() {
+    let (_client, store) = a_queued_step_that_traps(0x7D);
+    let store = Arc::new(store);
+    let readers: Vec<_> = (0..8)
+        .map(|reader| {
+            let store = store.clone();
+            std::thread::spawn(move || match reader % 3 {
+                0 => store.sync_to_host().map(|_| ()),
+                1 => store.wait_device(),
+                _ => store.resident_grads_to_host().map(|_| ()),
+            })
+        })
+        .collect();
+    let answers: Vec<_> = readers
+        .into_iter()
+        .map(|reader| reader.join().unwrap_or(Ok(())))
+        .collect();
+    let trap = answers
+        .iter()
+        .filter(|answer| matches!(answer, Err(BackendError::DeviceContextPoisoned(_))))
+        .count();
+    assert!(
+        answers.iter().all(Result::is_err),
+        "no reader got a value: {answers:?}"
+    );
+    assert!(
+        trap <= 1,
+        "the trap is returned once, then StorePoisoned: {answers:?}"
+    );
+    assert!(store.is_poisoned());
+    assert_eq!(
+        store.sync_to_host().map(|_| ()),
+        Err(BackendError::StorePoisoned)
+    );
+}
+
+#[test]
+fn the_poison_error_names_the_generation_to_invalidate() {
+    let (client, store) = a_queued_step_that_traps(0x7E);
+    let error = match store.sync_to_host() {
+        Err(error) => error,
+        Ok(_) => panic!("the trapped step is returned"),
+    };
+    let generation = error.poisoned_generation();
+    assert_eq!(generation, Some(0));
+    assert_eq!(
+        ErrorReport::new(error.clone(), None, None).generation,
+        generation
+    );
+    let recovered = ok(
+        client.invalidate(generation.unwrap_or_default()),
+        "invalidate",
+    );
+    assert!(recovered.is_active());
+}
+
+#[test]
+fn an_invalidate_makes_the_store_stale_and_a_rebuilt_store_continues() {
+    let model = model(0x7F);
+    let client = trapping_at(1);
+    let mut store = store(&client, &model);
+    let saved = ok(store.sync_to_host(), "the last host copy");
+    // Another user of the device traps it and recovers it.
+    let other = client.clone();
+    let scratch = ok(other.reserve(64), "scratch");
+    ok(
+        other.launch(
+            other.default_stream(),
+            cistern_runtime::KernelLaunch::fill(scratch.whole(), 1.0),
+        ),
+        "launch",
+    );
+    let generation = match other.sync(other.default_stream()) {
+        Err(error) => BackendError::from(error).poisoned_generation(),
+        Ok(()) => None,
+    };
+    assert_eq!(generation, Some(0));
+    ok(other.invalidate(0), "invalidate");
+    let stale = store.sync_to_host().map(|_| ());
+    assert_eq!(
+        stale,
+        Err(BackendError::StaleDeviceGeneration {
+            ordinal: 0,
+            resource_generation: 0,
+            current_generation: 1,
+        })
+    );
+    let tape = Tape::new(&client);
+    assert!(matches!(
+        store.register_resident_params(&tape),
+        Err(BackendError::StaleDeviceGeneration { .. })
+    ));
+    let saved: Vec<_> = saved.iter().collect();
+    let mut rebuilt = ok(
+        DeviceParamStore::new(&tape, &saved),
+        "rebuilt from the host copy",
+    );
+    ok(
+        train(&client, &mut rebuilt, &model).1,
+        "a step after recovery",
+    );
+    ok(rebuilt.wait_device(), "it ran");
+}
+
+#[test]
+fn a_capture_by_another_client_never_poisons_and_the_step_can_be_retried() {
+    let client = open();
+    let model = model(0x80);
+    let mut store = store(&client, &model);
+    with_gradients(&client, &mut store, &model, |store, gradients| {
+        let other = client.clone();
+        let stream = ok(other.create_stream(), "a stream");
+        let (_token, guard) = ok(other.begin_capture(stream), "capture");
+        assert!(matches!(
+            store.step(gradients, &momentum()),
+            Err(BackendError::DeviceContextCaptureInProgress { .. })
+        ));
+        assert!(matches!(
+            store.sync_to_host(),
+            Err(BackendError::DeviceContextCaptureInProgress { .. })
+        ));
+        ok(other.end_capture(guard), "the capture ends");
+        ok(store.step(gradients, &momentum()), "the retried step");
+    });
+    assert!(!store.is_poisoned());
+    assert_eq!(store.steps(), 1);
+    ok(store.sync_to_host(), "the stepped parameters");
+}
+
+#[test]
+fn a_trap_in_an_adam_step_latches_the_store_as_in_sgd() {
+    let model = model(0x81);
+    let per_step = tape_launches_per_step(&model);
+    // Adam's two moment fills, then its kernel.
+    let client = trapping_at(per_step + 3);
+    let mut store = store(&client, &model);
+    with_gradients(&client, &mut store, &model, |store, gradients| {
+        ok(
+            store.step_adam(gradients, &cistern_optim::AdamConfig::default()),
+            "queued",
+        )
+    });
+    assert!(matches!(
+        store.sync_to_host(),
+        Err(BackendError::DeviceContextPoisoned(_))
+    ));
+    refuses_every_call(&client, &mut store);
+}
+
+#[test]
+fn a_trap_in_an_amp_step_is_its_answer_and_latches_the_store() {
+    let model = model(0x82);
+    let per_step = tape_launches_per_step(&model);
+    // The momentum fill, the flag's fill, the unscale, then the kernel.
+    let client = trapping_at(per_step + 4);
+    let mut store = store(&client, &model);
+    let mut scaler = ok(
+        cistern_optim::GradScaler::new(cistern_optim::GradScalerConfig::default()),
+        "scaler",
+    );
+    let answer = with_gradients(&client, &mut store, &model, |store, gradients| {
+        store.step_amp(gradients, &momentum(), &mut scaler)
+    });
+    assert!(
+        matches!(
+            answer,
+            Err(cistern_client::AutodiffError::Backend(
+                BackendError::DeviceContextPoisoned(_)
+            ))
+        ),
+        "got {answer:?}"
+    );
+    assert_eq!(scaler.growth_tracker(), 0, "the scaler is not updated");
+    refuses_every_call(&client, &mut store);
+}
