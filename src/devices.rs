@@ -1,8 +1,9 @@
 //! `cistern devices`: what is present on this machine, as the runtime lists it.
 
-use cistern_runtime::list_devices;
+use cistern_runtime::{absent_backends, list_devices};
 
-/// Prints one line per device present.
+/// Prints one line per device present, then one per backend built in with
+/// no device here, saying why.
 pub(crate) fn print_devices() -> Result<(), String> {
     for info in list_devices() {
         let memory = info.memory_bytes.map_or_else(
@@ -16,6 +17,9 @@ pub(crate) fn print_devices() -> Result<(), String> {
             info.compute_units,
             gib(info.default_memory_limit)
         );
+    }
+    for absent in absent_backends() {
+        println!("{}  none: {}", absent.backend, absent.reason);
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ pub enum Device {
     Cpu(usize),
     /// A wgpu adapter (Vulkan, Metal, DX12, GL); no backend is built yet.
     Wgpu(usize),
-    /// A CUDA device; no backend is built yet.
+    /// A CUDA device (with the `cuda` feature; absent CUDA is `DeviceUnavailable`).
     Cuda(usize),
 }
 
@@ -51,15 +51,50 @@ pub struct DeviceInfo {
     pub default_memory_limit: u64,
 }
 
-/// Every device present: today the host CPU, always.
+/// Every device present: the host CPU, always, then any CUDA devices.
 pub fn list_devices() -> Vec<DeviceInfo> {
-    vec![DeviceInfo {
+    let mut devices = vec![DeviceInfo {
         device: Device::Cpu(0),
         name: "host CPU".to_string(),
         compute_units: std::thread::available_parallelism().map_or(1, |n| n.get()),
         memory_bytes: host_memory_bytes(),
         default_memory_limit: default_cpu_memory_limit(),
-    }]
+    }];
+    #[cfg(feature = "cuda")]
+    if let Ok(cuda) = crate::backend::cuda::devices() {
+        devices.extend(cuda.into_iter().map(|info| DeviceInfo {
+            device: Device::Cuda(info.ordinal),
+            name: info.name,
+            compute_units: info.multiprocessors,
+            memory_bytes: Some(info.memory_bytes),
+            default_memory_limit: info.memory_bytes,
+        }));
+    }
+    devices
+}
+
+/// A kind of device this build looked for and found none of, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AbsentBackend {
+    /// The backend kind (`"cuda"`).
+    pub backend: String,
+    /// Why none of its devices is listed, in one line.
+    pub reason: String,
+}
+
+/// The backends built in whose devices [`list_devices`] cannot list, each
+/// with the reason; never panics.
+pub fn absent_backends() -> Vec<AbsentBackend> {
+    #[allow(unused_mut)] // empty without the backends' features
+    let mut absent = Vec::new();
+    #[cfg(feature = "cuda")]
+    if let Err(why) = crate::backend::cuda::devices() {
+        absent.push(AbsentBackend {
+            backend: "cuda".to_string(),
+            reason: why.reason,
+        });
+    }
+    absent
 }
 
 /// How to open a device.
@@ -124,6 +159,20 @@ mod tests {
         assert_eq!(devices[0].device, Device::Cpu(0));
         assert!(devices[0].default_memory_limit > 0);
         assert!(devices[0].compute_units >= 1);
+    }
+
+    #[test]
+    fn a_backend_is_either_listed_or_absent_with_a_reason() {
+        let listed = list_devices();
+        for absent in absent_backends() {
+            assert!(!absent.reason.is_empty());
+            let kind = format!("{}:", absent.backend);
+            assert!(
+                listed
+                    .iter()
+                    .all(|d| !d.device.to_string().starts_with(&kind))
+            );
+        }
     }
 
     #[test]

@@ -29,7 +29,10 @@ pub use command::{
     BufferRef, Command, CompactionReport, EventId, Region, Reservation, ServerId, ServerStats,
     StridedCopy,
 };
-pub use device::{Device, DeviceInfo, DeviceOptions, host_memory_bytes, list_devices};
+pub use device::{
+    AbsentBackend, Device, DeviceInfo, DeviceOptions, absent_backends, host_memory_bytes,
+    list_devices,
+};
 pub use error::ServerError;
 pub use failure::{FailureToken, PendingToken};
 pub use fault::{FaultPlan, ProbeFault, TrapRate};

@@ -1,10 +1,23 @@
 //! What every check shares: the devices to run on and small helpers.
 
 use cistern::client::ComputeClient;
-use cistern::runtime::{Device, DeviceOptions, ServerError, list_devices};
+use cistern::runtime::{Device, DeviceOptions, ServerError, absent_backends, list_devices};
 
-/// Every device present on this machine.
+/// Every device present on this machine (CUDA devices included when the
+/// driver finds any). A backend built in but absent is said loudly, once.
 pub fn devices_present() -> Vec<Device> {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    SAID.call_once(|| {
+        use std::io::Write;
+        for absent in absent_backends() {
+            // Past the test harness's capture: a skip must be seen.
+            let line = format!(
+                "conformance: SKIPPING every {} check: {}\n",
+                absent.backend, absent.reason
+            );
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+    });
     list_devices().into_iter().map(|info| info.device).collect()
 }
 

@@ -52,15 +52,42 @@ pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, Serv
             .with_drain_timeout(options.drain_timeout);
             spawn(core)
         }
+        #[cfg(feature = "cuda")]
+        Device::Cuda(ordinal) => open_cuda(ordinal, options),
         other => Err(ServerError::DeviceUnavailable {
             device: other.to_string(),
             reason: match other {
                 Device::Cpu(_) => "only cpu:0 is present".to_string(),
                 Device::Wgpu(_) => "the wgpu backend is not built yet".to_string(),
-                Device::Cuda(_) => "the CUDA backend is not built yet".to_string(),
+                Device::Cuda(_) => {
+                    "this build has no CUDA backend (the `cuda` feature is off)".to_string()
+                }
             },
         }),
     }
+}
+
+/// Opens CUDA device `ordinal`; absent CUDA is `DeviceUnavailable` with why.
+#[cfg(feature = "cuda")]
+fn open_cuda(ordinal: usize, options: DeviceOptions) -> Result<ServerHandle, ServerError> {
+    use crate::backend::cuda::CudaBackend;
+    let (completions, completed) = unbounded();
+    let (backend, storage, free) =
+        CudaBackend::new(ordinal, completions).map_err(|why| ServerError::DeviceUnavailable {
+            device: Device::Cuda(ordinal).to_string(),
+            reason: why.reason,
+        })?;
+    let limit = options.memory_limit.unwrap_or(free).min(free);
+    let core = ServerCore::new(
+        next_server_id(),
+        backend,
+        storage,
+        MemoryConfig::with_limit(limit),
+        completed,
+        options.faults,
+    )?
+    .with_drain_timeout(options.drain_timeout);
+    spawn(core)
 }
 
 /// A fresh id for a server of this process.
