@@ -13,6 +13,9 @@ pub(crate) fn print_devices() -> Result<(), String> {
     for absent in absent_backends() {
         println!("{}: absent: {}", absent.backend, absent.reason);
     }
+    for absent in absent_backends() {
+        println!("{}  none: {}", absent.backend, absent.reason);
+    }
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 
 mod activation;
 mod catalogue;
+pub mod cuda;
 mod elementwise;
 mod erf;
 mod error;

@@ -13,7 +13,7 @@ pub enum Device {
     Cpu(usize),
     /// A wgpu adapter (Vulkan, Metal, DX12), numbered as `list_devices` lists them.
     Wgpu(usize),
-    /// A CUDA device; no backend is built yet.
+    /// A CUDA device (with the `cuda` feature; absent CUDA is `DeviceUnavailable`).
     Cuda(usize),
 }
 
@@ -52,9 +52,9 @@ pub struct DeviceInfo {
 }
 
 /// Every device present: the host CPU, always, then each wgpu adapter
-/// (when built with the `wgpu` feature). Adapters are found once per process.
+/// (with the `wgpu` feature) and each CUDA device (with the `cuda` feature).
 pub fn list_devices() -> Vec<DeviceInfo> {
-    #[cfg_attr(not(feature = "wgpu"), allow(unused_mut))]
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_mut))]
     let mut devices = vec![DeviceInfo {
         device: Device::Cpu(0),
         name: "host CPU".to_string(),
@@ -64,6 +64,16 @@ pub fn list_devices() -> Vec<DeviceInfo> {
     }];
     #[cfg(feature = "wgpu")]
     devices.extend(crate::backend::wgpu::list());
+    #[cfg(feature = "cuda")]
+    if let Ok(cuda) = crate::backend::cuda::devices() {
+        devices.extend(cuda.into_iter().map(|info| DeviceInfo {
+            device: Device::Cuda(info.ordinal),
+            name: info.name,
+            compute_units: info.multiprocessors,
+            memory_bytes: Some(info.memory_bytes),
+            default_memory_limit: info.memory_bytes,
+        }));
+    }
     devices
 }
 
@@ -72,11 +82,12 @@ pub fn list_devices() -> Vec<DeviceInfo> {
 pub struct AbsentBackend {
     /// The backend kind, as devices of it print (`wgpu`, `cuda`).
     pub backend: String,
-    /// Why it lists no device.
+    /// Why it lists no device, in one line.
     pub reason: String,
 }
 
-/// Every backend kind with no device listed by [`list_devices`], with the reason.
+/// Every backend kind with no device listed by [`list_devices`], with the
+/// reason; never panics.
 pub fn absent_backends() -> Vec<AbsentBackend> {
     let absent = |backend: &str, reason: String| AbsentBackend {
         backend: backend.to_string(),
@@ -92,9 +103,14 @@ pub fn absent_backends() -> Vec<AbsentBackend> {
         "wgpu",
         "built without the `wgpu` feature".to_string(),
     ));
+    #[cfg(feature = "cuda")]
+    if let Err(why) = crate::backend::cuda::devices() {
+        backends.push(absent("cuda", why.reason));
+    }
+    #[cfg(not(feature = "cuda"))]
     backends.push(absent(
         "cuda",
-        "the CUDA backend is not built yet".to_string(),
+        "built without the `cuda` feature".to_string(),
     ));
     backends
 }
@@ -161,6 +177,20 @@ mod tests {
         assert_eq!(devices[0].device, Device::Cpu(0));
         assert!(devices[0].default_memory_limit > 0);
         assert!(devices[0].compute_units >= 1);
+    }
+
+    #[test]
+    fn a_backend_is_either_listed_or_absent_with_a_reason() {
+        let listed = list_devices();
+        for absent in absent_backends() {
+            assert!(!absent.reason.is_empty());
+            let kind = format!("{}:", absent.backend);
+            assert!(
+                listed
+                    .iter()
+                    .all(|d| !d.device.to_string().starts_with(&kind))
+            );
+        }
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub fn calls_queued_behind_a_shutdown_answer_server_gone(device: Device) {
 }
 
 pub fn opening_an_absent_device_is_unavailable() {
-    // No machine has this many wgpu adapters.
-    for device in [Device::Cpu(9), Device::Cuda(0), Device::Wgpu(1 << 20)] {
+    // No machine has this many wgpu adapters or CUDA devices.
+    for device in [Device::Cpu(9), Device::Cuda(64), Device::Wgpu(1 << 20)] {
         let opened = ComputeClient::open(device, DeviceOptions::default()).map(|_| ());
         assert!(matches!(opened, Err(ServerError::DeviceUnavailable { .. })));
     }

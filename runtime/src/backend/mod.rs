@@ -9,6 +9,8 @@
 //! [`stream::StreamDevice`] and [`stream::Resolver`].
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod event;
 mod executors;
 mod launches;

@@ -52,15 +52,36 @@ pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, Serv
                 crate::backend::wgpu::WgpuBackend::open(ordinal, completions)?;
             start(backend, storage, limit, completed, options)
         }
+        #[cfg(feature = "cuda")]
+        Device::Cuda(ordinal) => open_cuda(ordinal, completions, completed, options),
         other => Err(ServerError::DeviceUnavailable {
             device: other.to_string(),
             reason: match other {
                 Device::Cpu(_) => "only cpu:0 is present".to_string(),
                 Device::Wgpu(_) => "built without the `wgpu` feature".to_string(),
-                Device::Cuda(_) => "the CUDA backend is not built yet".to_string(),
+                Device::Cuda(_) => "built without the `cuda` feature".to_string(),
             },
         }),
     }
+}
+
+/// Opens CUDA device `ordinal`; absent CUDA is `DeviceUnavailable` with
+/// why. The memory limit never exceeds the device's free memory.
+#[cfg(feature = "cuda")]
+fn open_cuda(
+    ordinal: usize,
+    completions: crate::sync::Sender<Completion>,
+    completed: Receiver<Completion>,
+    mut options: DeviceOptions,
+) -> Result<ServerHandle, ServerError> {
+    use crate::backend::cuda::CudaBackend;
+    let (backend, storage, free) =
+        CudaBackend::new(ordinal, completions).map_err(|why| ServerError::DeviceUnavailable {
+            device: Device::Cuda(ordinal).to_string(),
+            reason: why.reason,
+        })?;
+    options.memory_limit = Some(options.memory_limit.unwrap_or(free).min(free));
+    start(backend, storage, free, completed, options)
 }
 
 /// Starts a server over `backend` and `storage`, whose memory limit is

@@ -1,0 +1,60 @@
+//! The CUDA C sources of the kernels, as text for NVRTC, and the PTX that
+//! the build compiled from them when it found an NVRTC library.
+//!
+//! Every source is compiled as one program ([`program`]); each kernel is
+//! `extern "C"`, named `cistern_*`, and matches its CPU function in this
+//! crate. The runtime's CUDA backend loads the PTX through the driver.
+
+/// Each source file's name and text, the prelude first.
+pub const SOURCES: &[(&str, &str)] = &[
+    ("prelude.cuh", include_str!("cuda/prelude.cuh")),
+    ("control.cu", include_str!("cuda/control.cu")),
+    ("elementwise.cu", include_str!("cuda/elementwise.cu")),
+    ("activation.cu", include_str!("cuda/activation.cu")),
+    ("reduce.cu", include_str!("cuda/reduce.cu")),
+];
+
+/// The virtual architecture the build-time PTX targets: the driver JITs it
+/// for any newer device (Volta onwards).
+pub const PTX_ARCH: &str = "compute_70";
+
+/// Every source as one CUDA C program, in [`SOURCES`] order.
+pub fn program() -> String {
+    let mut text = String::new();
+    for (name, source) in SOURCES {
+        text.push_str("// ---- ");
+        text.push_str(name);
+        text.push('\n');
+        text.push_str(source);
+        text.push('\n');
+    }
+    text
+}
+
+/// The PTX compiled from [`program`] at build time for [`PTX_ARCH`], when
+/// the build found an NVRTC library; `None` otherwise (the runtime then
+/// compiles with NVRTC itself, if it finds one).
+pub fn prebuilt_ptx() -> Option<&'static str> {
+    #[cfg(cistern_prebuilt_ptx)]
+    {
+        Some(include_str!(concat!(env!("OUT_DIR"), "/cistern.ptx")))
+    }
+    #[cfg(not(cistern_prebuilt_ptx))]
+    {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_source_is_part_of_the_program_and_declares_c_kernels() {
+        let program = program();
+        for (name, source) in SOURCES {
+            assert!(program.contains(source), "{name} is missing");
+        }
+        assert!(program.contains("extern \"C\" __global__ void cistern_trap()"));
+    }
+}

@@ -1,0 +1,184 @@
+//! `CudaStream`: the device part of one stream, run by the shared
+//! [`StreamRunner`](crate::backend::stream::StreamRunner) on its executor
+//! thread. It issues work on its own CUDA stream and synchronizes it before
+//! returning, so the runner never reports work the GPU has not finished.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::DriverError;
+use cudarc::driver::sys::CUstream;
+
+use super::context::CudaContext;
+use super::event::{CudaEvent, EventSignal};
+use super::ffi;
+use super::launch::{CudaSlice, Launcher};
+use super::status::fault;
+use crate::Kernel;
+use crate::backend::StrideLayout;
+use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, StreamDevice};
+
+/// What the device has run, shared by its streams.
+#[derive(Debug, Default)]
+pub(super) struct CudaCounters {
+    pub(super) kernels_run: AtomicU64,
+    pub(super) empty_kernel_runs: AtomicU64,
+}
+
+/// One stream's view of the device.
+#[derive(Debug)]
+pub(super) struct CudaStream {
+    pub(super) context: Arc<CudaContext>,
+    pub(super) counters: Arc<CudaCounters>,
+    /// The CUDA stream and the context epoch it was made in.
+    pub(super) stream: Option<(u64, usize)>,
+}
+
+impl CudaStream {
+    /// This thread bound to the context, and the CUDA stream of the
+    /// current epoch (made afresh after a reset).
+    fn ready(&mut self) -> Result<CUstream, DriverError> {
+        self.context.bind()?;
+        let epoch = self.context.epoch();
+        match self.stream {
+            Some((made, stream)) if made == epoch => Ok(stream as CUstream),
+            _ => {
+                let stream = ffi::stream_create()?;
+                self.stream = Some((epoch, stream as usize));
+                Ok(stream)
+            }
+        }
+    }
+
+    fn stream_for(&mut self, operation: &str) -> Result<CUstream, KernelFault> {
+        self.ready().map_err(|e| fault(operation, &e))
+    }
+
+    fn run_launches(
+        &mut self,
+        launches: &[BoundLaunch<CudaSlice>],
+    ) -> Result<(), (usize, LaunchError)> {
+        let stream = self
+            .ready()
+            .map_err(|e| (0, LaunchError::Fault(fault("bind", &e))))?;
+        let module = self
+            .context
+            .module()
+            .map_err(|e| (0, LaunchError::Fault(fault("load kernels", &e))))?;
+        let launcher = Launcher {
+            module: &module,
+            stream,
+        };
+        let mut queued = 0;
+        let mut outcome = Ok(());
+        for (index, launch) in launches.iter().enumerate() {
+            if let Err(error) = launcher.run(launch) {
+                outcome = Err((index, error));
+                break;
+            }
+            queued += 1;
+        }
+        // Everything queued must finish (or fault) before the runner reports.
+        if let Err(error) = ffi::stream_synchronize(stream) {
+            let last = queued.max(1) - 1;
+            let kernel = launches.get(last).map_or("?", |l| l.kernel.name());
+            return Err((
+                last,
+                LaunchError::Fault(fault(&format!("sync after {kernel}"), &error)),
+            ));
+        }
+        let ran = &launches[..queued];
+        let empty = ran
+            .iter()
+            .filter(|l| matches!(l.kernel, Kernel::Empty))
+            .count() as u64;
+        self.counters
+            .empty_kernel_runs
+            .fetch_add(empty, Ordering::Relaxed);
+        self.counters
+            .kernels_run
+            .fetch_add(queued as u64, Ordering::Relaxed);
+        outcome
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        if let Some((made, stream)) = self.stream
+            && made == self.context.epoch()
+            && self.context.bind().is_ok()
+        {
+            let _ = ffi::stream_destroy(stream as CUstream);
+        }
+    }
+}
+
+impl StreamDevice for CudaStream {
+    type Slice = CudaSlice;
+    type Signal = EventSignal;
+    type Event = Arc<CudaEvent>;
+
+    fn write(&mut self, target: &CudaSlice, data: &[u8]) -> Result<(), KernelFault> {
+        let stream = self.stream_for("write")?;
+        ffi::write(target.address, data, stream).map_err(|e| fault("write", &e))
+    }
+
+    fn read(&mut self, source: &CudaSlice) -> Result<Vec<u8>, KernelFault> {
+        let stream = self.stream_for("read")?;
+        let len = usize::try_from(source.len)
+            .map_err(|_| KernelFault::Malformed("read too long".into()))?;
+        ffi::read(source.address, len, stream).map_err(|e| fault("read", &e))
+    }
+
+    fn copy(&mut self, source: &CudaSlice, target: &CudaSlice) -> Result<(), KernelFault> {
+        if source.len != target.len {
+            return Err(KernelFault::Malformed("copy sizes differ".into()));
+        }
+        let stream = self.stream_for("copy")?;
+        let len = usize::try_from(source.len)
+            .map_err(|_| KernelFault::Malformed("copy too long".into()))?;
+        ffi::copy(source.address, target.address, len, stream)
+            .and_then(|()| ffi::stream_synchronize(stream))
+            .map_err(|e| fault("copy", &e))
+    }
+
+    fn strided_copy(
+        &mut self,
+        _: &CudaSlice,
+        _: &CudaSlice,
+        _: &StrideLayout,
+    ) -> Result<(), KernelFault> {
+        // `supports_strides` is false: the server answers `UnsupportedStrides` first.
+        Err(KernelFault::Malformed(
+            "the CUDA backend has no strided copy".into(),
+        ))
+    }
+
+    fn run(&mut self, launches: &[BoundLaunch<CudaSlice>]) -> Result<(), (usize, LaunchError)> {
+        self.run_launches(launches)
+    }
+
+    fn record(&mut self, signal: EventSignal) {
+        let recorded = self.ready().and_then(|stream| {
+            let event = ffi::event_create()?;
+            match ffi::event_record(event, stream) {
+                Ok(()) => Ok(event),
+                Err(error) => {
+                    let _ = ffi::event_destroy(event);
+                    Err(error)
+                }
+            }
+        });
+        // A failed record fires with no event: waiters pass at once, and
+        // the failure shows as the stream's next driver error.
+        signal.0.fire(recorded.ok());
+    }
+
+    fn wait(&mut self, event: &Arc<CudaEvent>) {
+        if let Some(recorded) = event.recorded()
+            && let Ok(stream) = self.ready()
+        {
+            let _ = ffi::stream_wait(stream, recorded);
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The CUDA backend where this machine has no GPU (and where it has one):
+//! absence is an answer, never a panic, and the kernels compile with NVRTC
+//! whenever an NVRTC library is found.
+#![cfg(feature = "cuda")]
+
+use cistern_runtime::backend::cuda::{self, KERNEL_NAMES};
+use cistern_runtime::{Device, DeviceOptions, ServerError, absent_backends, list_devices, open};
+
+/// Says a skip past the test harness's capture, so it is seen.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "cuda tests: {line}");
+}
+
+fn cuda_listed() -> bool {
+    list_devices()
+        .iter()
+        .any(|info| matches!(info.device, Device::Cuda(_)))
+}
+
+#[test]
+fn cuda_is_either_listed_or_absent_with_a_reason() {
+    let absent: Vec<_> = absent_backends()
+        .into_iter()
+        .filter(|a| a.backend == "cuda")
+        .collect();
+    assert_eq!(cuda_listed(), absent.is_empty());
+    for why in absent {
+        assert!(!why.reason.is_empty());
+    }
+}
+
+#[test]
+fn opening_cuda_where_it_is_absent_is_unavailable_with_the_reason() {
+    if cuda_listed() {
+        say("CUDA is present; the absence path is not taken here");
+        return;
+    }
+    match open(Device::Cuda(0), DeviceOptions::default()) {
+        Err(ServerError::DeviceUnavailable { device, reason }) => {
+            assert_eq!(device, "cuda:0");
+            assert!(!reason.is_empty());
+        }
+        Err(other) => panic!("expected DeviceUnavailable, got {other}"),
+        Ok(_) => panic!("cuda:0 opened with no CUDA device listed"),
+    }
+}
+
+#[test]
+fn probing_cuda_again_gives_the_same_answer() {
+    let first = cuda::devices();
+    let second = cuda::devices();
+    assert_eq!(first, second);
+}
+
+#[test]
+fn an_ordinal_past_the_devices_present_is_unavailable() {
+    let opened = open(Device::Cuda(64), DeviceOptions::default()).map(|_| ());
+    assert!(matches!(opened, Err(ServerError::DeviceUnavailable { .. })));
+}
+
+/// The `.entry` names of a PTX text.
+fn entries(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|line| line.trim().strip_prefix(".visible .entry "))
+        .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
+        .collect()
+}
+
+#[test]
+fn every_cuda_kernel_compiles_with_nvrtc_when_the_library_is_found() {
+    for (major, minor) in [(7, 0), (8, 0), (9, 0)] {
+        match cuda::compile_kernels(major, minor) {
+            Ok(ptx) => {
+                let found = entries(&ptx);
+                for name in KERNEL_NAMES {
+                    assert!(found.contains(name), "{name} missing for sm_{major}{minor}");
+                }
+            }
+            Err(why) if why.reason.contains("no NVRTC library") => {
+                eprintln!(
+                    "cuda tests: SKIPPING the NVRTC compile check: {}",
+                    why.reason
+                );
+                return;
+            }
+            Err(why) => panic!("the CUDA kernels do not compile: {}", why.reason),
+        }
+    }
+}
+
+#[test]
+fn the_build_time_ptx_holds_every_kernel_when_the_build_made_one() {
+    match cistern_kernels::cuda::prebuilt_ptx() {
+        Some(ptx) => {
+            let found = entries(ptx);
+            for name in KERNEL_NAMES {
+                assert!(found.contains(name), "{name} missing from the build's PTX");
+            }
+        }
+        None => say("the build found no NVRTC: no build-time PTX to check"),
+    }
+}
