@@ -57,6 +57,7 @@ conformance_tests! {
     optim::a_lamb_refusal_at_run_time_is_operation_local_and_does_not_poison,
     optim_amp::an_amp_step_unscales_then_applies_or_skips_on_the_flag,
     optim_amp::the_flag_accumulates_over_several_unscales_until_reset,
+    optim_amp::the_device_scale_update_and_counted_step_follow_the_grad_scaler,
     transfers::bytes_and_f32s_round_trip,
     transfers::a_write_at_an_offset_changes_only_its_range,
     transfers::a_range_past_the_end_is_an_invalid_argument,

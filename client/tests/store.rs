@@ -4,6 +4,7 @@
 
 mod store {
     mod amp;
+    mod amp_device;
     mod checks;
     mod common;
     mod families;

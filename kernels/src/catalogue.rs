@@ -104,6 +104,10 @@ catalogue! {
     AdagradStep => "adagrad_step",
     /// [`crate::lamb_step`].
     LambStep => "lamb_step",
+    /// [`crate::amp_unscale_by_device_scale`].
+    AmpUnscaleByDeviceScale => "amp_unscale_by_device_scale",
+    /// [`crate::amp_update_scale`].
+    AmpUpdateScale => "amp_update_scale",
 }
 
 #[cfg(test)]

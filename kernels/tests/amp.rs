@@ -108,3 +108,39 @@ fn every_optimizer_skips_itself_and_changes_nothing_when_the_flag_is_set() {
         assert_ne!(params, initial, "{config:?}");
     }
 }
+
+/// Adam's β powers: the kernel takes them as `β.powf(t)` in f64 from the
+/// step count, computed once per call on the host (every backend does the
+/// same), which is `1 - beta ** step` of PyTorch in f64. At a late step
+/// with f32-inexact betas, one element's update is exactly that of the
+/// f64 powers.
+#[test]
+fn adams_bias_corrections_are_f64_powers_of_the_step_count() {
+    use cistern_kernels::{StepContext, adam_step};
+    use cistern_optim::{AdamConfig, Segment};
+
+    let config = AdamConfig {
+        betas: (0.93, 0.9971),
+        ..AdamConfig::default()
+    };
+    let t = 1237u64;
+    let segments = [Segment::new(0, 1)];
+    let ctx = StepContext {
+        step: t,
+        segments: &segments,
+        found_inf: None,
+    };
+    let (g, m0, v0, p0) = (0.25f32, 0.01f32, 0.002f32, 1.5f32);
+    let (mut p, mut m, mut v) = ([p0], [m0], [v0]);
+    let mut state: Vec<&mut [f32]> = vec![&mut m, &mut v];
+    adam_step(&config, &ctx, &mut p, &[g], &mut state).unwrap();
+    let expected = |bc1: f64, bc2: f64| {
+        let m_i = m0 + (1.0 - config.betas.0) as f32 * (g - m0);
+        let v_i = v0 * config.betas.1 as f32 + (1.0 - config.betas.1) as f32 * g * g;
+        let denom = v_i.sqrt() * (1.0 / bc2.sqrt()) as f32 + config.eps as f32;
+        p0 - (config.lr / bc1) as f32 * (m_i / denom)
+    };
+    let tf = t as f64;
+    let f64_powers = expected(1.0 - config.betas.0.powf(tf), 1.0 - config.betas.1.powf(tf));
+    assert_eq!(p[0].to_bits(), f64_powers.to_bits());
+}

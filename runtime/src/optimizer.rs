@@ -145,6 +145,18 @@ impl OptimizerStep {
         bindings.extend(self.state);
         KernelLaunch::new(Kernel::OptimizerStep(Box::new(self.args)), bindings)
     }
+
+    /// The step as one launch of [`Kernel::OptimizerStepCounted`]: its
+    /// count read from and advanced in `count` (one `u32`), skipped on
+    /// `found_inf`. `None` when the step has no found-inf flag.
+    pub fn into_counted_launch(self, count: Binding) -> Option<KernelLaunch> {
+        let found_inf = self.found_inf?;
+        let mut bindings = Vec::with_capacity(4 + self.state.len());
+        bindings.extend([self.params, self.grads, found_inf, count]);
+        bindings.extend(self.state);
+        let kernel = Kernel::OptimizerStepCounted(Box::new(self.args));
+        Some(KernelLaunch::new(kernel, bindings))
+    }
 }
 
 /// An optimizer error as the server reports it: `InvalidArgument` naming

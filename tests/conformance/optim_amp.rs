@@ -102,3 +102,84 @@ pub fn the_flag_accumulates_over_several_unscales_until_reset(device: Device) {
     );
     assert!(!ok(client.read_found_inf(stream, &flag), "read_found_inf"));
 }
+
+/// The device form of AMP: unscale by the device's scale, a step counted on
+/// the device, then `_amp_update_scale_`; wgpu has no WGSL body for these
+/// and must answer `UnsupportedOperation`.
+pub fn the_device_scale_update_and_counted_step_follow_the_grad_scaler(device: Device) {
+    use cistern::kernels::ScaleRule;
+    use cistern::optim::{GradScaler, GradScalerConfig};
+    use cistern::runtime::ServerError;
+
+    let client = open(device);
+    let stream = client.default_stream();
+    let config = OptimizerConfig::AdamW(AdamWConfig::default());
+    let n = 16;
+    let mut rng = SplitMix64::new(5);
+    let params = ok(client.upload_f32(&rng.non_zero_f32s(n, 1.0)), "params");
+    let state = ok(client.optimizer_state(&config, n as u64), "state");
+    // flag, scale, tracker, skipped, count
+    let words = ok(client.upload_f32(&[0.0, 1024.0, 0.0, 0.0, 0.0]), "words");
+    let at = |i: u64| words.range(4 * i, 4);
+    let rule = ScaleRule {
+        growth_factor: 2.0,
+        backoff_factor: 0.5,
+        growth_interval: 2,
+    };
+    let scaler = GradScaler::new(GradScalerConfig {
+        init_scale: 1024.0,
+        growth_interval: 2,
+        ..GradScalerConfig::default()
+    });
+    let Ok(mut scaler) = scaler else {
+        panic!("a scaler: {scaler:?}");
+    };
+    for step in 0..5 {
+        let mut grads = rng.symmetric_f32s(n);
+        if step == 1 {
+            grads[3] = f32::NAN;
+        }
+        let grads = ok(client.upload_f32(&grads), "grads");
+        let counted = OptimizerStep::new(
+            config.clone(),
+            1,
+            vec![Segment::new(0, n)],
+            params.whole(),
+            grads.whole(),
+            state.bindings(),
+        )
+        .with_found_inf(at(0))
+        .into_counted_launch(at(4));
+        let mut launches = vec![
+            KernelLaunch::fill(at(0), 0.0),
+            KernelLaunch::amp_unscale_by_device_scale(grads.whole(), at(0), at(1)),
+        ];
+        launches.extend(counted);
+        launches.push(KernelLaunch::amp_update_scale(
+            rule,
+            at(0),
+            at(1),
+            at(2),
+            at(3),
+        ));
+        let sent = client.launch_batch(stream, launches).and_then(|t| t.wait());
+        if matches!(device, Device::Wgpu(_)) {
+            assert!(
+                matches!(sent, Err(ServerError::UnsupportedOperation { .. })),
+                "{sent:?}"
+            );
+            let _ = client.sync(stream);
+            return;
+        }
+        ok(sent, "device AMP batch");
+        if let Err(error) = scaler.update(step == 1) {
+            panic!("host scaler: {error}");
+        }
+    }
+    let bytes = ok(client.read(&words, 4, 16), "words");
+    let word = |i: usize| [bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]];
+    assert_eq!(f32::from_ne_bytes(word(0)), scaler.scale());
+    assert_eq!(u32::from_ne_bytes(word(4)), scaler.growth_tracker());
+    assert_eq!(u32::from_ne_bytes(word(8)), 1);
+    assert_eq!(u32::from_ne_bytes(word(12)), 4);
+}

@@ -16,5 +16,6 @@ mod step;
 mod store;
 mod work;
 
+pub use amp::DeviceAmpState;
 pub use forward::ResidentLeaf;
 pub use store::DeviceParamStore;

@@ -2,6 +2,7 @@
 //! fused kernel over the concatenated buffer, reading the staged gradients.
 
 use cistern_optim::{OptimizerConfig, SgdConfig};
+use cistern_runtime::ScaleRule;
 use cistern_runtime::{
     AllocationPolicy, FailureToken, KernelLaunch, OptimizerStep, optimizer_error,
 };
@@ -19,8 +20,12 @@ pub(super) struct OptimizerRun {
     pub(super) config: OptimizerConfig,
     /// The state buffers, in the config's state-layout order.
     pub(super) state: Vec<Buffer>,
-    /// Steps committed.
+    /// Steps committed on the host (frozen once the count is on the device).
     pub(super) steps: u64,
+    /// Set by the first AMP step with no synchronisation: from then on the
+    /// step count, loss scale and growth tracker live on the device, and
+    /// follow this rule.
+    pub(super) device_amp: Option<ScaleRule>,
 }
 
 /// A validated step, ready to send: the launches that go before it in
@@ -32,6 +37,7 @@ pub(super) struct PreparedStep {
     pub(super) step: OptimizerStep,
     pub(super) state: Vec<Buffer>,
     pub(super) steps: u64,
+    pub(super) device_amp: Option<ScaleRule>,
 }
 
 /// Where a step's gradients come from.
@@ -76,6 +82,7 @@ impl DeviceParamStore {
         gradients: &Gradients<'_>,
     ) -> Result<FailureToken, BackendError> {
         let prepared = self.prepare_step(config, gradients)?;
+        refuse_device_count(&prepared)?;
         let lamb = matches!(prepared.step.args.config, OptimizerConfig::Lamb(_));
         let token = self.send_step(prepared.step.clone(), prepared.before.clone())?;
         self.commit(token.clone(), &prepared, prepared.steps + 1);
@@ -96,9 +103,9 @@ impl DeviceParamStore {
         let source = self.gradient_source(gradients)?;
         self.check_config(&config)?;
         let mut before = Vec::new();
-        let (state, steps) = match &self.optimizer {
-            Some(run) => (run.state.clone(), run.steps),
-            None => (self.allocate_state(&config, &mut before)?, 0),
+        let (state, steps, device_amp) = match &self.optimizer {
+            Some(run) => (run.state.clone(), run.steps, run.device_amp),
+            None => (self.allocate_state(&config, &mut before)?, 0, None),
         };
         if let GradientSource::Gather(buffers) = source {
             for (buffer, layout) in buffers.iter().zip(self.layout.slots()) {
@@ -120,6 +127,7 @@ impl DeviceParamStore {
             step,
             state,
             steps,
+            device_amp,
         })
     }
 
@@ -259,6 +267,7 @@ impl DeviceParamStore {
             config: prepared.step.args.config.clone(),
             state: prepared.state.clone(),
             steps,
+            device_amp: prepared.device_amp,
         });
         self.work.push(token, Work::Step(Box::new(restore)));
     }
@@ -294,6 +303,19 @@ impl DeviceParamStore {
             state.push(reserved);
         }
         Ok(state)
+    }
+}
+
+/// Refuses a step that counts on the host once the count is on the device
+/// (an AMP step with no synchronisation ran): the host no longer knows it.
+pub(super) fn refuse_device_count(prepared: &PreparedStep) -> Result<(), BackendError> {
+    match prepared.device_amp {
+        None => Ok(()),
+        Some(_) => Err(BackendError::InvalidArgument(
+            "this store's step count is on the device (an AMP step with no \
+             synchronisation ran): step it with the `*_amp_on_device` calls"
+                .into(),
+        )),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::KernelError;
 
 pub use adagrad::adagrad_step;
 pub use adam::{adam_step, adamw_step};
-pub use amp::amp_unscale;
+pub use amp::{ScaleRule, amp_unscale, amp_unscale_by_device_scale, amp_update_scale};
 pub use lamb::lamb_step;
 pub(crate) use pieces::segment_pieces;
 pub use rmsprop::rmsprop_step;
@@ -99,4 +99,38 @@ fn prepare(
 /// Total elements the segments cover.
 fn covered(segments: &[Segment]) -> usize {
     segments.iter().map(|s| s.len).sum()
+}
+
+/// [`optimizer_step`] with its step count on the device: `count` (one
+/// `u32` in an `f32` word) holds the steps applied so far. A set
+/// `found_inf` skips the step and leaves the count; otherwise the step
+/// runs as step `count + 1` and the count advances, so a skipped step
+/// never advances the bias corrections (PyTorch's fused Adam with its
+/// `state_steps` tensor).
+pub fn optimizer_step_counted(
+    config: &OptimizerConfig,
+    segments: &[Segment],
+    found_inf: &[f32],
+    count: &mut [f32],
+    params: &mut [f32],
+    grads: &[f32],
+    state: &mut [&mut [f32]],
+) -> Result<StepOutcome, KernelError> {
+    KernelError::check_len("found_inf", 1, found_inf.len())?;
+    KernelError::check_len("count", 1, count.len())?;
+    if found_inf[0] != 0.0 {
+        return Ok(StepOutcome::Skipped);
+    }
+    let step = count[0]
+        .to_bits()
+        .checked_add(1)
+        .ok_or_else(|| KernelError::invalid("count", "the step count overflows u32"))?;
+    let ctx = StepContext {
+        step: u64::from(step),
+        segments,
+        found_inf: None,
+    };
+    let outcome = optimizer_step(config, &ctx, params, grads, state)?;
+    count[0] = f32::from_bits(step);
+    Ok(outcome)
 }

@@ -27,6 +27,8 @@ use Access::{Read as R, Write as W};
 /// AMP form reads the flag after the grads.
 const OPTIMIZER: [Access; 5] = [W, R, W, W, W];
 const OPTIMIZER_AMP: [Access; 6] = [W, R, R, W, W, W];
+/// The counted form: params, grads, the flag, the count, then the state.
+const OPTIMIZER_COUNTED: [Access; 7] = [W, R, R, W, W, W, W];
 
 /// Bytes of one `f32`, the element of every numeric kernel.
 const F32: u64 = 4;
@@ -80,6 +82,18 @@ pub enum ShapeRule<'a> {
     /// as the parameters (the flag: one element).
     Step {
         /// The step's arguments.
+        step: &'a OptimizerArgs,
+    },
+    /// Every binding from `first` on holds one element.
+    Scalars {
+        /// The first one-element binding.
+        first: usize,
+    },
+    /// A valid optimizer step with its count on the device: config, and
+    /// every buffer as long as the parameters but the flag and the count
+    /// (one element each).
+    CountedStep {
+        /// The step's arguments (`step` and `found_inf` unused).
         step: &'a OptimizerArgs,
     },
 }
@@ -176,6 +190,27 @@ impl Kernel {
                 optimizer_signature(step),
                 ShapeRule::Step { step },
             ),
+            Kernel::AmpUnscaleByDeviceScale => contract(
+                "amp_unscale_by_device_scale",
+                KernelId::AmpUnscaleByDeviceScale,
+                &[W, W, R],
+                ShapeRule::Scalars { first: 1 },
+            ),
+            Kernel::AmpUpdateScale { .. } => contract(
+                "amp_update_scale",
+                KernelId::AmpUpdateScale,
+                &[R, W, W, W],
+                ShapeRule::Scalars { first: 0 },
+            ),
+            Kernel::OptimizerStepCounted(step) => {
+                let state = step.config.state_layout().len();
+                contract(
+                    "optimizer_step_counted",
+                    step.kernel_id(),
+                    &OPTIMIZER_COUNTED[..(4 + state).min(OPTIMIZER_COUNTED.len())],
+                    ShapeRule::CountedStep { step },
+                )
+            }
         }
     }
 }
@@ -206,6 +241,13 @@ impl ShapeRule<'_> {
     /// Checks the argument values that do not depend on the bindings (an
     /// optimizer's config and step count): the server asks this first.
     pub fn check_arguments(&self) -> Result<(), ServerError> {
+        if let ShapeRule::CountedStep { step } = self {
+            let kernel = step.kernel_id().name();
+            return step
+                .config
+                .validate()
+                .map_err(|error| optimizer_error(kernel, error));
+        }
         if let ShapeRule::Step { step } = self {
             let kernel = step.kernel_id().name();
             step.config
@@ -279,6 +321,23 @@ impl ShapeRule<'_> {
                     expect(2, Some(1), "found_inf")?;
                 }
                 for index in 2 + flag..elements.len() {
+                    expect(index, params, "a state buffer")?;
+                }
+                check_segments(kernel, &step.segments, params)
+            }
+            ShapeRule::Scalars { first } => {
+                for index in first..elements.len() {
+                    expect(index, Some(1), "a one-element binding")?;
+                }
+                Ok(())
+            }
+            ShapeRule::CountedStep { step } => {
+                let kernel = step.kernel_id().name();
+                let params = elements.first().copied();
+                expect(1, params, "grads")?;
+                expect(2, Some(1), "found_inf")?;
+                expect(3, Some(1), "count")?;
+                for index in 4..elements.len() {
                     expect(index, params, "a state buffer")?;
                 }
                 check_segments(kernel, &step.segments, params)

@@ -1,7 +1,7 @@
 //! Constructors of well-formed launches, one per kernel: bindings in the
 //! order of the kernel's signature.
 
-use cistern_kernels::{Activation, GemmSpec};
+use cistern_kernels::{Activation, GemmSpec, ScaleRule};
 
 use super::{Binding, Kernel, KernelLaunch};
 use crate::optimizer::SegmentTable;
@@ -127,5 +127,25 @@ impl KernelLaunch {
     /// to 1 on a non-finite gradient and never clears it.
     pub fn amp_unscale(grads: Binding, inv_scale: f32, found_inf: Binding) -> Self {
         Self::new(Kernel::AmpUnscale { inv_scale }, vec![grads, found_inf])
+    }
+
+    /// `AmpUnscaleByDeviceScale`: `grads ← grads / scale[0]`; sets
+    /// `found_inf` on a non-finite gradient and never clears it.
+    pub fn amp_unscale_by_device_scale(grads: Binding, found_inf: Binding, scale: Binding) -> Self {
+        let kernel = Kernel::AmpUnscaleByDeviceScale;
+        Self::new(kernel, vec![grads, found_inf, scale])
+    }
+
+    /// `AmpUpdateScale`: the scale, growth tracker and skip count after a
+    /// step whose flag is `found_inf`, by `rule`.
+    pub fn amp_update_scale(
+        rule: ScaleRule,
+        found_inf: Binding,
+        scale: Binding,
+        tracker: Binding,
+        skipped: Binding,
+    ) -> Self {
+        let kernel = Kernel::AmpUpdateScale { rule };
+        Self::new(kernel, vec![found_inf, scale, tracker, skipped])
     }
 }

@@ -23,7 +23,7 @@ mod launch;
 
 pub use contract::{Access, Contract, ShapeRule};
 
-use cistern_kernels::{Activation, GemmSpec, KernelId};
+use cistern_kernels::{Activation, GemmSpec, KernelId, ScaleRule};
 use serde::{Deserialize, Serialize};
 
 use crate::command::BufferRef;
@@ -117,6 +117,23 @@ pub enum Kernel {
     /// [`cistern_optim::StateLayout`] order (boxed: wide, and rare next to
     /// element-wise launches).
     OptimizerStep(Box<OptimizerArgs>),
+    /// AMP with the loss scale on the device: `grads ← grads / scale`,
+    /// setting the found-inf flag on any non-finite gradient: bindings
+    /// `grads`, `found_inf` (one `f32`), `scale` (one `f32`, read).
+    AmpUnscaleByDeviceScale,
+    /// PyTorch's `_amp_update_scale_` after a step: bindings `found_inf`
+    /// (read), `scale` (one `f32`), `tracker` and `skipped` (one `u32`
+    /// each, in `f32` words), all one element.
+    AmpUpdateScale {
+        /// Growth, backoff and interval, as `GradScalerConfig`'s.
+        rule: ScaleRule,
+    },
+    /// [`Kernel::OptimizerStep`] with its step count on the device:
+    /// bindings `params`, `grads`, `found_inf`, `count` (one `u32` in an
+    /// `f32` word, written), then the state buffers. Skipped when the flag
+    /// is set; otherwise runs as step `count + 1` and advances the count.
+    /// `step` and `found_inf` of its arguments are not used.
+    OptimizerStepCounted(Box<OptimizerArgs>),
 }
 
 impl Kernel {

@@ -40,6 +40,18 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         KernelLaunch::segment_sum(b, vec![Segment::new(0, 1)], b),
         KernelLaunch::segment_sum_squares(b, vec![Segment::new(0, 1)], b),
         KernelLaunch::amp_unscale(b, 0.5, b),
+        KernelLaunch::amp_unscale_by_device_scale(b, b, b),
+        KernelLaunch::amp_update_scale(
+            cistern_kernels::ScaleRule {
+                growth_factor: 2.0,
+                backoff_factor: 0.5,
+                growth_interval: 2000,
+            },
+            b,
+            b,
+            b,
+            b,
+        ),
     ];
     for activation in [
         Activation::Relu,
@@ -63,7 +75,9 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         OptimizerConfig::Lamb(Default::default()),
     ] {
         let state = vec![b; config.state_layout().len()];
-        launches.push(OptimizerStep::new(config, 1, vec![], b, b, state).into_launch());
+        let step = OptimizerStep::new(config, 1, vec![], b, b, state);
+        launches.extend(step.clone().with_found_inf(b).into_counted_launch(b));
+        launches.push(step.into_launch());
     }
     launches
 }
@@ -99,4 +113,29 @@ fn the_amp_optimizer_step_reads_its_flag_after_the_gradients() {
         .into_launch();
     assert_eq!(launch.signature(), &[W, R, R, W, W, W]);
     assert_eq!(launch.bindings.len(), 6);
+}
+
+#[test]
+fn the_counted_optimizer_step_reads_its_flag_then_writes_its_count() {
+    let b = binding();
+    let config = OptimizerConfig::Adam(AdamConfig::default());
+    let launch = OptimizerStep::new(config, 1, vec![], b, b, vec![b; 2])
+        .with_found_inf(b)
+        .into_counted_launch(b);
+    let Some(launch) = launch else {
+        panic!("a step with a flag has a counted launch");
+    };
+    assert_eq!(launch.signature(), &[W, R, R, W, W, W]);
+    assert!(
+        OptimizerStep::new(
+            OptimizerConfig::Adam(AdamConfig::default()),
+            1,
+            vec![],
+            b,
+            b,
+            vec![]
+        )
+        .into_counted_launch(b)
+        .is_none()
+    );
 }

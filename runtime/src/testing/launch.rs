@@ -42,7 +42,10 @@ pub(super) fn run_launch(
         | Kernel::SegmentSum { .. }
         | Kernel::SegmentSumSquares { .. }
         | Kernel::AmpUnscale { .. }
-        | Kernel::OptimizerStep(_) => {}
+        | Kernel::OptimizerStep(_)
+        | Kernel::AmpUnscaleByDeviceScale
+        | Kernel::AmpUpdateScale { .. }
+        | Kernel::OptimizerStepCounted(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

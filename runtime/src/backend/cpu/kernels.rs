@@ -126,6 +126,18 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
             cistern_kernels::amp_unscale(b.write(0)?, inv_scale, b.write(1)?).map_err(refused)?;
         }
         Kernel::OptimizerStep(step) => optimizer_step(&b, step, launch.bindings.len(), refused)?,
+        Kernel::AmpUnscaleByDeviceScale => {
+            cistern_kernels::amp_unscale_by_device_scale(b.write(0)?, b.write(1)?, b.read(2)?)
+                .map_err(refused)?;
+        }
+        Kernel::AmpUpdateScale { rule } => {
+            let (found_inf, scale) = (b.read(0)?, b.write(1)?);
+            cistern_kernels::amp_update_scale(rule, found_inf, scale, b.write(2)?, b.write(3)?)
+                .map_err(refused)?;
+        }
+        Kernel::OptimizerStepCounted(step) => {
+            counted_step(&b, step, launch.bindings.len(), refused)?;
+        }
     }
     Ok(())
 }
@@ -153,6 +165,29 @@ fn optimizer_step(
     };
     cistern_kernels::optimizer_step(&step.config, &ctx, params, grads, &mut state)
         .map_err(refused)?;
+    Ok(())
+}
+
+fn counted_step(
+    b: &Bound<'_>,
+    step: &OptimizerArgs,
+    bindings: usize,
+    refused: impl Fn(KernelError) -> LaunchError,
+) -> Result<(), LaunchError> {
+    let (params, grads, found_inf, count) = (b.write(0)?, b.read(1)?, b.read(2)?, b.write(3)?);
+    let mut state = (4..bindings)
+        .map(|i| b.write(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    cistern_kernels::optimizer_step_counted(
+        &step.config,
+        &step.segments,
+        found_inf,
+        count,
+        params,
+        grads,
+        &mut state,
+    )
+    .map_err(refused)?;
     Ok(())
 }
 

@@ -189,6 +189,9 @@ impl Launcher<'_> {
                 )
             }
             Kernel::OptimizerStep(_) => Err(unsupported("optimizer_step")),
+            Kernel::AmpUnscaleByDeviceScale => Err(unsupported("amp_unscale_by_device_scale")),
+            Kernel::AmpUpdateScale { .. } => Err(unsupported("amp_update_scale")),
+            Kernel::OptimizerStepCounted(_) => Err(unsupported("optimizer_step_counted")),
         }
     }
 

@@ -166,6 +166,14 @@ impl GpuContext {
                 OptimizerConfig::Lamb(config) => Ok(Plan::Lamb(config, step)),
                 _ => self.optimizer_step(step, &launch.bindings),
             },
+            // No WGSL body yet: the counted step's bias corrections are
+            // f64 functions of a count only the device knows.
+            Kernel::AmpUnscaleByDeviceScale
+            | Kernel::AmpUpdateScale { .. }
+            | Kernel::OptimizerStepCounted(_) => Err(refused(unsupported(format!(
+                "{} on wgpu (no WGSL body)",
+                launch.kernel.name()
+            )))),
         }
     }
 
