@@ -74,11 +74,11 @@ impl GemmKernel {
     }
 
     /// The faster kernel for `spec` on a CPU whose widest FMA vector is
-    /// `bits` wide: at 512 bits [`GemmKernel::Packed`] for a transposed
-    /// operand (where it measured ahead of the `gemm` crate, which repacks
-    /// them), else [`Self::for_vector_bits`].
+    /// `bits` wide: at 512 bits [`GemmKernel::Packed`] when B is
+    /// transposed (where it measured ahead of the `gemm` crate; elsewhere
+    /// it measured level or behind), else [`Self::for_vector_bits`].
     pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
-        if bits >= 512 && (spec.transpose_a || spec.transpose_b) {
+        if bits >= 512 && spec.transpose_b {
             return GemmKernel::Packed;
         }
         Self::for_vector_bits(bits)
