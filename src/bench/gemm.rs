@@ -1,15 +1,15 @@
 //! `cistern bench gemm`: single-precision matrix products through the
-//! server (`Kernel::Gemm`, no bias), against the chosen GEMM crate called
-//! directly on host buffers in the same run.
+//! server (`Kernel::Gemm`, no bias), against the kernel chosen for each
+//! shape called directly on host buffers in the same run.
 //!
 //! It first prints the cores' FMA peak at their widest vector
 //! (`bench::peak`), the ceiling no GEMM can pass. Then, per shape: the
 //! squares 512³, 1024³, 2048³ and the six products of an MLP 784-1024-1024-10
 //! at batch 256 (forward, weight gradients with A transposed, input
 //! gradients with B transposed). The direct reference is one call of the
-//! crate behind [`GemmKernel::chosen`] on the same row-major host matrices;
-//! the other kernel, forced through `gemm_with`, shows what the choice is
-//! worth. Samples of the three alternate so all see the same load; each
+//! kernel [`GemmKernel::chosen_for`] picks, on the same row-major host
+//! matrices; the alternative kernel, forced through `gemm_with`, shows what
+//! the choice is worth. Samples of the three alternate so all see the same load; each
 //! server sample is a launch followed by a wait on its token.
 
 use std::time::Instant;

@@ -1,5 +1,6 @@
-//! Which GEMM crate runs the product, chosen once per process from the
-//! CPU's widest vector unit.
+//! Which kernel runs the product: a GEMM crate chosen once per process
+//! from the CPU's widest vector unit, or Cistern's packed kernel for the
+//! shapes where it measured faster (`super::packed`).
 //!
 //! Both crates pick their own micro-kernels from the CPU's features (the
 //! `gemm` crate: AVX-512 with its `x86-v4` feature, AVX2 + FMA, scalar;
