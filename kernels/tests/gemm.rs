@@ -177,6 +177,37 @@ fn every_kernel_matches_the_reference_at_primes_and_sizes_off_tile_boundaries() 
 }
 
 #[test]
+fn every_kernel_matches_the_reference_around_the_packed_kernels_blocks() {
+    let mut rng = SplitMix64::new(26);
+    // The packed kernel's tiles are 14×32, its packing transposes 16×16,
+    // and its blocks are 112 rows, 256 steps of k and 1024 columns: one
+    // under, on and over each, and a k that ends a block one step in.
+    let shapes = [
+        (14, 32, 16),
+        (13, 31, 15),
+        (15, 33, 17),
+        (28, 64, 32),
+        (29, 63, 31),
+        (111, 17, 256),
+        (113, 7, 257),
+        (112, 96, 255),
+        (3, 1025, 19),
+        (5, 1023, 513),
+    ];
+    for kernel in GemmKernel::ALL {
+        for (m, n, k) in shapes {
+            for (transpose_a, transpose_b) in TRANSPOSES {
+                let spec = GemmSpec {
+                    activation: Activation::Tanh,
+                    ..spec(m, n, k, transpose_a, transpose_b)
+                };
+                check(kernel, spec, true, &mut rng);
+            }
+        }
+    }
+}
+
+#[test]
 fn every_kernel_matches_the_reference_on_shapes_large_enough_to_thread() {
     let mut rng = SplitMix64::new(22);
     // Split by rows (m > n) and by columns (n ≥ m), with ragged last blocks.
@@ -237,6 +268,27 @@ fn the_chosen_kernel_follows_the_cpus_widest_vector_unit() {
     let bits = GemmKernel::cpu_vector_bits();
     assert!([32, 128, 256, 512].contains(&bits), "{bits}");
     assert_eq!(GemmKernel::chosen(), GemmKernel::for_vector_bits(bits));
+    let square = spec(512, 512, 512, false, false);
+    assert_eq!(
+        GemmKernel::chosen_for(&square),
+        GemmKernel::for_shape(bits, &square)
+    );
+    for transposes in [(false, true), (true, true)] {
+        let transposed = spec(256, 1024, 1024, transposes.0, transposes.1);
+        assert_eq!(GemmKernel::for_shape(512, &transposed), GemmKernel::Packed);
+    }
+    assert_eq!(GemmKernel::for_shape(512, &square), GemmKernel::Gemm);
+    let weight_gradient = spec(784, 1024, 256, true, false);
+    assert_eq!(
+        GemmKernel::for_shape(512, &weight_gradient),
+        GemmKernel::Gemm
+    );
+    for bits in [32, 128, 256] {
+        assert_eq!(
+            GemmKernel::for_shape(bits, &square),
+            GemmKernel::for_vector_bits(bits)
+        );
+    }
     assert_eq!(GemmKernel::for_vector_bits(512), GemmKernel::Gemm);
     assert_eq!(GemmKernel::for_vector_bits(256), GemmKernel::Gemm);
     assert_eq!(GemmKernel::for_vector_bits(128), GemmKernel::MatrixMultiply);
@@ -249,7 +301,15 @@ fn gemm_runs_the_chosen_kernel() {
     let spec = spec(19, 23, 29, true, false);
     let (a, b) = (rng.symmetric_f32s(19 * 29), rng.symmetric_f32s(29 * 23));
     let (mut chosen, mut plain) = (vec![0.0; 19 * 23], vec![0.0; 19 * 23]);
-    gemm_with(GemmKernel::chosen(), &spec, &a, &b, None, &mut chosen).unwrap();
+    gemm_with(
+        GemmKernel::chosen_for(&spec),
+        &spec,
+        &a,
+        &b,
+        None,
+        &mut chosen,
+    )
+    .unwrap();
     gemm(&spec, &a, &b, None, &mut plain).unwrap();
     assert_eq!(chosen, plain);
 }

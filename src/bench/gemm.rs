@@ -1,15 +1,15 @@
 //! `cistern bench gemm`: single-precision matrix products through the
-//! server (`Kernel::Gemm`, no bias), against the chosen GEMM crate called
-//! directly on host buffers in the same run.
+//! server (`Kernel::Gemm`, no bias), against the kernel chosen for each
+//! shape called directly on host buffers in the same run.
 //!
 //! It first prints the cores' FMA peak at their widest vector
 //! (`bench::peak`), the ceiling no GEMM can pass. Then, per shape: the
 //! squares 512³, 1024³, 2048³ and the six products of an MLP 784-1024-1024-10
 //! at batch 256 (forward, weight gradients with A transposed, input
 //! gradients with B transposed). The direct reference is one call of the
-//! crate behind [`GemmKernel::chosen`] on the same row-major host matrices;
-//! the other kernel, forced through `gemm_with`, shows what the choice is
-//! worth. Samples of the three alternate so all see the same load; each
+//! kernel [`GemmKernel::chosen_for`] picks, on the same row-major host
+//! matrices; the alternative kernel, forced through `gemm_with`, shows what
+//! the choice is worth. Samples of the three alternate so all see the same load; each
 //! server sample is a launch followed by a wait on its token.
 
 use std::time::Instant;
@@ -77,11 +77,8 @@ pub fn run() -> Result<(), String> {
 
 fn measure(client: &ComputeClient, rng: &mut SplitMix64, spec: &GemmSpec) -> Result<(), String> {
     let GemmSpec { m, n, k, .. } = *spec;
-    let kernel = GemmKernel::chosen();
-    let other = GemmKernel::ALL
-        .into_iter()
-        .find(|&other| other != kernel)
-        .unwrap_or(kernel);
+    let kernel = GemmKernel::chosen_for(spec);
+    let other = alternative(kernel);
     let a = rng.non_zero_f32s(m * k, 1.0);
     let b = rng.non_zero_f32s(k * n, 1.0);
     let mut c = vec![0.0f32; m * n];
@@ -151,10 +148,23 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-/// `c = op(a)·op(b)` by the crate behind `kernel` itself, as one call with
-/// its own threading: the `gemm` crate on rayon's pool, `matrixmultiply`
-/// on the calling thread (it has no threads of its own without its
-/// `threading` feature, which Cistern leaves off).
+/// The kernel whose figures show what choosing `kernel` is worth: the
+/// `gemm` crate against the packed kernel, the two crates against each
+/// other where the packed one is not chosen.
+fn alternative(kernel: GemmKernel) -> GemmKernel {
+    match (kernel, GemmKernel::cpu_vector_bits()) {
+        (GemmKernel::Packed, _) => GemmKernel::Gemm,
+        (_, 512) => GemmKernel::Packed,
+        (GemmKernel::Gemm, _) => GemmKernel::MatrixMultiply,
+        _ => GemmKernel::Gemm,
+    }
+}
+
+/// `c = op(a)·op(b)` by the kernel itself, as one call: the `gemm` crate
+/// with its own threading on rayon's pool, `matrixmultiply` on the calling
+/// thread (it has no threads of its own without its `threading` feature,
+/// which Cistern leaves off), the packed kernel through `gemm_with` (it is
+/// Cistern's own, so that is the direct call).
 fn direct_product(
     kernel: GemmKernel,
     spec: &GemmSpec,
@@ -204,6 +214,9 @@ fn direct_product(
                 gemm_common::Parallelism::Rayon(0),
             )
         },
+        GemmKernel::Packed => {
+            gemm_with(kernel, spec, a, b, None, c).map_err(|e| format!("gemm: {e}"))?
+        }
         // SAFETY: as above.
         GemmKernel::MatrixMultiply => unsafe {
             matrixmultiply::sgemm(

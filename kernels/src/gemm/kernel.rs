@@ -1,5 +1,6 @@
-//! Which GEMM crate runs the product, chosen once per process from the
-//! CPU's widest vector unit.
+//! Which kernel runs the product: a GEMM crate chosen once per process
+//! from the CPU's widest vector unit, or Cistern's packed kernel for the
+//! shapes where it measured faster (`super::packed`).
 //!
 //! Both crates pick their own micro-kernels from the CPU's features (the
 //! `gemm` crate: AVX-512 with its `x86-v4` feature, AVX2 + FMA, scalar;
@@ -24,8 +25,8 @@ const MIN_BLOCK: usize = 64;
 /// 16 on the AVX-512 paths).
 const BLOCK_ALIGN: usize = 16;
 
-/// The implementation of the matrix product behind [`crate::gemm`]. Both
-/// run single-threaded on blocks of C, one block per rayon thread.
+/// The implementation of the matrix product behind [`crate::gemm`]. Each
+/// runs single-threaded on blocks of C, one block per rayon thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GemmKernel {
     /// The `gemm` crate (`gemm-f32` 0.19, `x86-v4`): packed AVX-512 or
@@ -34,13 +35,22 @@ pub enum GemmKernel {
     /// `matrixmultiply`'s sgemm: micro-kernels for most instruction sets
     /// (AVX-512 and AVX2 + FMA among them) and a portable one.
     MatrixMultiply,
+    /// Cistern's own packed SGEMM: an AVX-512 micro-kernel where `avx512f`
+    /// is detected (a portable one elsewhere), with the bias and
+    /// activation applied per tile.
+    Packed,
 }
 
 impl GemmKernel {
     /// Every kernel, for tests and benchmarks that compare them.
-    pub const ALL: [GemmKernel; 2] = [GemmKernel::Gemm, GemmKernel::MatrixMultiply];
+    pub const ALL: [GemmKernel; 3] = [
+        GemmKernel::Gemm,
+        GemmKernel::MatrixMultiply,
+        GemmKernel::Packed,
+    ];
 
-    /// The kernel this CPU runs: [`Self::for_vector_bits`] of
+    /// The crate this CPU runs where [`Self::chosen_for`] does not pick
+    /// [`GemmKernel::Packed`]: [`Self::for_vector_bits`] of
     /// [`Self::cpu_vector_bits`], decided on first use and then fixed.
     pub fn chosen() -> GemmKernel {
         static CHOSEN: OnceLock<GemmKernel> = OnceLock::new();
@@ -56,6 +66,23 @@ impl GemmKernel {
         } else {
             GemmKernel::MatrixMultiply
         }
+    }
+
+    /// The kernel [`crate::gemm`] runs for `spec` on this CPU:
+    /// [`Self::for_shape`] at [`Self::cpu_vector_bits`].
+    pub fn chosen_for(spec: &GemmSpec) -> GemmKernel {
+        Self::for_shape(Self::cpu_vector_bits(), spec)
+    }
+
+    /// The faster kernel for `spec` on a CPU whose widest FMA vector is
+    /// `bits` wide: at 512 bits [`GemmKernel::Packed`] when B is
+    /// transposed (where it measured ahead of the `gemm` crate; elsewhere
+    /// it measured level or behind), else [`Self::for_vector_bits`].
+    pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
+        if bits >= 512 && spec.transpose_b {
+            return GemmKernel::Packed;
+        }
+        Self::for_vector_bits(bits)
     }
 
     /// The widest single-precision FMA vector this CPU has, in bits: 512
@@ -89,30 +116,41 @@ impl GemmKernel {
         match self {
             GemmKernel::Gemm => "gemm",
             GemmKernel::MatrixMultiply => "matrixmultiply",
+            GemmKernel::Packed => "packed",
         }
     }
 
-    /// `c ← op(a)·op(b)`. The caller has checked every length against
-    /// `spec`, and that m, n and k are non-zero.
-    pub(super) fn product(self, spec: &GemmSpec, a: &[f32], b: &[f32], c: &mut [f32]) {
+    /// `c ← act(op(a)·op(b) + bias)`. The caller has checked every length
+    /// against `spec`, and that m, n and k are non-zero.
+    pub(super) fn product(
+        self,
+        spec: &GemmSpec,
+        a: &[f32],
+        b: &[f32],
+        bias: Option<&[f32]>,
+        c: &mut [f32],
+    ) {
         let strides = Strides::of(spec);
         debug_assert!(spec.m * spec.k == a.len() && spec.k * spec.n == b.len());
         debug_assert!(spec.m * spec.n == c.len() && spec.k > 0);
         match self {
             GemmKernel::Gemm => gemm_crate(spec, &strides, a, b, c),
             GemmKernel::MatrixMultiply => matrixmultiply(spec, &strides, a, b, c),
+            // Fuses the epilogue into its tiles.
+            GemmKernel::Packed => return super::packed::product(spec, &strides, a, b, bias, c),
         }
+        super::epilogue(spec.activation, bias, spec.n, c);
     }
 }
 
 /// Element strides of the logical op(A) (m×k) and op(B) (k×n) over their
 /// row-major storage. Each is at most a checked buffer length, so fits in
 /// `isize`.
-struct Strides {
-    a_row: isize,
-    a_col: isize,
-    b_row: isize,
-    b_col: isize,
+pub(super) struct Strides {
+    pub(super) a_row: isize,
+    pub(super) a_col: isize,
+    pub(super) b_row: isize,
+    pub(super) b_col: isize,
 }
 
 impl Strides {
@@ -131,10 +169,10 @@ impl Strides {
 
 /// A part of C that one task computes: `len` rows or columns from `start`.
 #[derive(Clone, Copy)]
-struct Block {
-    columns: bool,
-    start: usize,
-    len: usize,
+pub(super) struct Block {
+    pub(super) columns: bool,
+    pub(super) start: usize,
+    pub(super) len: usize,
 }
 
 /// Splits C into one block per rayon thread, along the longer of its two
@@ -142,7 +180,7 @@ struct Block {
 /// between them, so a core taken by another thread (a stream executor,
 /// another process) delays only its own share. Small products, and C too
 /// narrow to split, run as one call with `threads` set.
-fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
+pub(super) fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
     let GemmSpec { m, n, k, .. } = *spec;
     let columns = n >= m;
     let extent = if columns { n } else { m };
@@ -175,7 +213,7 @@ fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
 
 /// A pointer that tasks share; each task touches only its own block.
 #[derive(Clone, Copy)]
-struct Shared<T>(T);
+pub(super) struct Shared<T>(pub(super) T);
 // SAFETY: the tasks of one `split` read A and B and write disjoint blocks
 // of C; the borrows behind these pointers outlive the split.
 unsafe impl<T> Send for Shared<T> {}
@@ -183,14 +221,18 @@ unsafe impl<T> Send for Shared<T> {}
 unsafe impl<T> Sync for Shared<T> {}
 
 impl<T: Copy> Shared<T> {
-    fn get(&self) -> T {
+    pub(super) fn get(&self) -> T {
         self.0
     }
 }
 
 /// The sub-problem of a block: its (m, n), and the offsets of its first
 /// element of C, op(A) and op(B).
-fn sub_problem(spec: &GemmSpec, s: &Strides, block: Block) -> (usize, usize, usize, isize, isize) {
+pub(super) fn sub_problem(
+    spec: &GemmSpec,
+    s: &Strides,
+    block: Block,
+) -> (usize, usize, usize, isize, isize) {
     let start = block.start as isize;
     if block.columns {
         (spec.m, block.len, block.start, 0, start * s.b_col)

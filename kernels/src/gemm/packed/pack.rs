@@ -1,0 +1,119 @@
+//! Packing a block of op(A) or op(B) into contiguous micro-panels.
+//!
+//! A micro-panel is `W` lanes (rows of op(A), `MR` of them, or columns of
+//! op(B), `NR`) by `kc` steps of the contracted dimension, stored step by
+//! step: the micro-kernel reads it front to back, whatever the operand's
+//! transpose. Lanes past the operand's edge are zero, so the kernel always
+//! runs whole panels and only its stores are masked.
+
+use std::ops::Range;
+
+use super::simd::{Micro, transpose_16};
+
+/// A row-major operand seen as a matrix of lanes × steps: element
+/// (`lane`, `step`) is `data[at + lane·lane_stride + step·step_stride]`.
+pub(super) struct Operand<'a> {
+    pub data: &'a [f32],
+    pub at: usize,
+    pub lane_stride: usize,
+    pub step_stride: usize,
+}
+
+/// The length of the packed block of `lanes` lanes by `kc` steps.
+pub(super) fn packed_len<const W: usize>(lanes: usize, kc: usize) -> usize {
+    lanes.div_ceil(W) * W * kc
+}
+
+/// Packs `lanes` × `steps` of `src` into `dst` (`packed_len` long): one
+/// micro-panel of `W` lanes after another.
+pub(super) fn pack<const W: usize>(
+    micro: Micro,
+    src: &Operand,
+    lanes: Range<usize>,
+    steps: Range<usize>,
+    dst: &mut [f32],
+) {
+    let kc = steps.len();
+    debug_assert_eq!(dst.len(), packed_len::<W>(lanes.len(), kc));
+    for (panel_index, panel) in dst.chunks_exact_mut(W * kc).enumerate() {
+        let first = lanes.start + panel_index * W;
+        let live = W.min(lanes.end - first);
+        let base = src.at + first * src.lane_stride + steps.start * src.step_stride;
+        if src.lane_stride == 1 {
+            lanes_contiguous::<W>(src, base, live, panel);
+        } else if src.step_stride == 1 {
+            transposed::<W>(micro, src, base, live, panel);
+        } else {
+            lane_by_lane::<W>(src, base, live, 0, panel);
+        }
+    }
+}
+
+/// Each step's lanes are adjacent in the source: one copy per step.
+fn lanes_contiguous<const W: usize>(src: &Operand, base: usize, live: usize, panel: &mut [f32]) {
+    for (step, dst) in panel.chunks_exact_mut(W).enumerate() {
+        let from = base + step * src.step_stride;
+        dst[..live].copy_from_slice(&src.data[from..from + live]);
+        dst[live..].fill(0.0);
+    }
+}
+
+/// Lanes apart in the source (its steps adjacent, as a row of A or a
+/// column of a transposed B are): read lane by lane, write every `W`-th
+/// element.
+fn lane_by_lane<const W: usize>(
+    src: &Operand,
+    base: usize,
+    live: usize,
+    first_step: usize,
+    panel: &mut [f32],
+) {
+    let kc = panel.len() / W;
+    if first_step == kc {
+        return;
+    }
+    let panel = &mut panel[first_step * W..];
+    for lane in 0..W {
+        if lane < live {
+            let from = base + lane * src.lane_stride + first_step * src.step_stride;
+            let source = src.data[from..].iter().step_by(src.step_stride);
+            let source = source.take(kc - first_step);
+            for (dst, &x) in panel[lane..].iter_mut().step_by(W).zip(source) {
+                *dst = x;
+            }
+        } else {
+            panel[lane..]
+                .iter_mut()
+                .step_by(W)
+                .for_each(|dst| *dst = 0.0);
+        }
+    }
+}
+
+/// Steps adjacent in the source (a row of A, a column of a transposed
+/// B): 16 steps of 16 lanes at a time through a register transpose, the
+/// last `kc mod 16` steps lane by lane.
+fn transposed<const W: usize>(
+    micro: Micro,
+    src: &Operand,
+    base: usize,
+    live: usize,
+    panel: &mut [f32],
+) {
+    let kc = panel.len() / W;
+    let whole = kc / 16 * 16;
+    for first_lane in (0..W).step_by(16) {
+        let mut lanes: [&[f32]; 16] = [&[]; 16];
+        let count = live.saturating_sub(first_lane).min(16);
+        for (i, lane) in lanes.iter_mut().enumerate().take(count) {
+            let from = base + (first_lane + i) * src.lane_stride;
+            *lane = &src.data[from..from + kc];
+        }
+        let width = (W - first_lane).min(16);
+        for first_step in (0..whole).step_by(16) {
+            let dst = &mut panel[first_step * W + first_lane..];
+            transpose_16(micro, &lanes[..count], first_step, width, dst, W);
+        }
+    }
+    lane_by_lane::<W>(src, base, live, whole, panel);
+}

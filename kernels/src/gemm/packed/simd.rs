@@ -1,0 +1,313 @@
+//! The unsafe core of the packed GEMM: C's block as a raw pointer, and the
+//! micro-kernels that multiply one packed micro-panel of A by one of B into
+//! a tile of it.
+//!
+//! Every other part of the packed GEMM is safe code over slices. Here the
+//! micro-panels arrive as slices whose lengths are checked against the
+//! tile, and every store to C goes through [`Out`], whose bounds are
+//! checked per tile: no load or store leaves a buffer, and edge columns
+//! are loaded and stored under a mask.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{
+    __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+};
+
+use super::{MR, NR};
+
+/// Which micro-kernel a product runs, detected once per product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Micro {
+    /// `MR`×`NR` tiles in 2·`MR` AVX-512 accumulators (`avx512f`).
+    Avx512,
+    /// The same tiles in plain Rust, for CPUs without AVX-512.
+    Portable,
+}
+
+impl Micro {
+    pub(super) fn detect() -> Micro {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Micro::Avx512;
+            }
+        }
+        Micro::Portable
+    }
+}
+
+/// One task's block of C: `rows`×`cols` elements at row stride `ldc`,
+/// written by this task alone.
+pub(super) struct Out {
+    ptr: *mut f32,
+    rows: usize,
+    cols: usize,
+    ldc: usize,
+}
+
+impl Out {
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `rows` rows of `cols`
+    /// elements, `ldc` apart (`cols ≤ ldc`), and nothing else may read or
+    /// write those elements while the `Out` lives.
+    pub(super) unsafe fn new(ptr: *mut f32, rows: usize, cols: usize, ldc: usize) -> Out {
+        debug_assert!(cols <= ldc);
+        Out {
+            ptr,
+            rows,
+            cols,
+            ldc,
+        }
+    }
+
+    /// `len` elements of row `row` from column `col`.
+    pub(super) fn row_mut(&mut self, row: usize, col: usize, len: usize) -> &mut [f32] {
+        assert!(row < self.rows && col + len <= self.cols);
+        // SAFETY: the range lies in the block (asserted above), which `new`'s
+        // caller guarantees is valid and ours alone; `&mut self` keeps this
+        // the only live slice into it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(row * self.ldc + col), len) }
+    }
+}
+
+/// A tile of C: `rows` (1..=`MR`) × `cols` (1..=`NR`) from (`row`, `col`)
+/// of the block, the product of `kc` steps of packed A (`MR` per step) and
+/// packed B (`NR` per step). Adds to C when `accumulate`, else overwrites
+/// it without reading it.
+pub(super) struct Tile {
+    pub row: usize,
+    pub col: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub kc: usize,
+    pub accumulate: bool,
+}
+
+/// Computes `tile` of `out` from the packed micro-panels `a` and `b`.
+pub(super) fn tile(micro: Micro, out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    assert!((1..=MR).contains(&tile.rows) && (1..=NR).contains(&tile.cols));
+    assert!(a.len() >= tile.kc * MR && b.len() >= tile.kc * NR);
+    assert!(tile.row + tile.rows <= out.rows && tile.col + tile.cols <= out.cols);
+    match micro {
+        #[cfg(target_arch = "x86_64")]
+        Micro::Avx512 => avx512_rows(out, tile, a, b),
+        _ => portable(out, tile, a, b),
+    }
+}
+
+fn portable(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    let mut acc = [[0.0f32; NR]; MR];
+    for (a_step, b_step) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(tile.kc) {
+        for (acc_row, &x) in acc.iter_mut().zip(a_step) {
+            for (sum, &y) in acc_row.iter_mut().zip(b_step) {
+                *sum += x * y;
+            }
+        }
+    }
+    for (r, acc_row) in acc.iter().enumerate().take(tile.rows) {
+        let dst = out.row_mut(tile.row + r, tile.col, tile.cols);
+        for (d, &sum) in dst.iter_mut().zip(acc_row) {
+            *d = if tile.accumulate { *d + sum } else { sum };
+        }
+    }
+}
+
+/// Dispatches to the AVX-512 kernel compiled for the tile's row count.
+#[cfg(target_arch = "x86_64")]
+fn avx512_rows(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    debug_assert!(tile.rows <= MR && MR == 14 && NR == 32);
+    match tile.rows {
+        14 => avx512_call::<14>(out, tile, a, b),
+        13 => avx512_call::<13>(out, tile, a, b),
+        12 => avx512_call::<12>(out, tile, a, b),
+        11 => avx512_call::<11>(out, tile, a, b),
+        10 => avx512_call::<10>(out, tile, a, b),
+        9 => avx512_call::<9>(out, tile, a, b),
+        8 => avx512_call::<8>(out, tile, a, b),
+        7 => avx512_call::<7>(out, tile, a, b),
+        6 => avx512_call::<6>(out, tile, a, b),
+        5 => avx512_call::<5>(out, tile, a, b),
+        4 => avx512_call::<4>(out, tile, a, b),
+        3 => avx512_call::<3>(out, tile, a, b),
+        2 => avx512_call::<2>(out, tile, a, b),
+        _ => avx512_call::<1>(out, tile, a, b),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx512_call<const ROWS: usize>(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    debug_assert!(ROWS == tile.rows);
+    let offset = tile.row * out.ldc + tile.col;
+    // SAFETY: `Micro::Avx512` is only detected where `avx512f` is present.
+    // `tile` checked that the panels hold `kc` steps (the kernel reads
+    // `ROWS ≤ MR` of each A step and `NR` of each B step) and that the
+    // tile's rows and `cols` columns lie in the block, which is valid and
+    // ours alone (`Out::new`); columns past `cols` are masked off.
+    unsafe {
+        avx512::<ROWS>(
+            tile.kc,
+            a.as_ptr(),
+            b.as_ptr(),
+            out.ptr.add(offset),
+            out.ldc,
+            tile.cols,
+            tile.accumulate,
+        );
+    }
+}
+
+/// The mask of the first `n` (0..=16) lanes.
+#[cfg(target_arch = "x86_64")]
+fn first_lanes(n: usize) -> __mmask16 {
+    ((1u32 << n.min(16)) - 1) as __mmask16
+}
+
+/// `ROWS`×32 tile: two 16-lane accumulators per row, A broadcast from its
+/// packed step, B loaded as two vectors per step.
+///
+/// # Safety
+/// The CPU has `avx512f`; `a` holds `kc·MR` and `b` `kc·NR` readable
+/// floats; `c` is valid for reads and writes of `ROWS` rows of `cols`
+/// (1..=32) elements, `ldc` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn avx512<const ROWS: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    let mut acc: [[__m512; 2]; ROWS] = [[_mm512_setzero_ps(); 2]; ROWS];
+    for step in 0..kc {
+        // SAFETY: `step < kc`, so the step's NR floats of B and its MR
+        // floats of A (ROWS ≤ MR read) lie in the panels.
+        let (a_step, b0, b1) = unsafe {
+            let b_step = b.add(step * NR);
+            (
+                a.add(step * MR),
+                _mm512_loadu_ps(b_step),
+                _mm512_loadu_ps(b_step.add(16)),
+            )
+        };
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            // SAFETY: r < ROWS ≤ MR, inside the step (above).
+            let x = _mm512_set1_ps(unsafe { *a_step.add(r) });
+            acc_row[0] = _mm512_fmadd_ps(x, b0, acc_row[0]);
+            acc_row[1] = _mm512_fmadd_ps(x, b1, acc_row[1]);
+        }
+    }
+    let masks = [first_lanes(cols), first_lanes(cols.saturating_sub(16))];
+    for (r, acc_row) in acc.iter().enumerate() {
+        for (half, (&sum, &mask)) in acc_row.iter().zip(&masks).enumerate() {
+            if mask == 0 {
+                continue;
+            }
+            // SAFETY: row r < ROWS of C, and its lanes from `half·16` start
+            // before `cols` (the mask is not empty); the mask keeps the lanes
+            // at or past `cols` from being loaded or stored, and masked-off
+            // lanes of AVX-512 loads and stores never touch memory.
+            unsafe {
+                let dst = c.add(r * ldc + half * 16);
+                let sum = if accumulate {
+                    _mm512_add_ps(sum, _mm512_maskz_loadu_ps(mask, dst))
+                } else {
+                    sum
+                };
+                _mm512_mask_storeu_ps(dst, mask, sum);
+            }
+        }
+    }
+}
+
+/// Transposes 16 steps of up to 16 lanes into a packed panel: for
+/// `s < 16` and `l < width`, `dst[s·stride + l] = lanes[l][from + s]`,
+/// zero for `l ≥ lanes.len()`. Lanes past `width` are left untouched.
+pub(super) fn transpose_16(
+    micro: Micro,
+    lanes: &[&[f32]],
+    from: usize,
+    width: usize,
+    dst: &mut [f32],
+    stride: usize,
+) {
+    assert!(lanes.len() <= width && width <= 16 && width <= stride);
+    assert!(lanes.iter().all(|lane| lane.len() >= from + 16));
+    assert!(dst.len() >= 15 * stride + width);
+    match micro {
+        // SAFETY: `avx512f` was detected; every lane holds the 16 floats
+        // read from `from` and `dst` the 16 rows of `width` written (both
+        // asserted above).
+        #[cfg(target_arch = "x86_64")]
+        Micro::Avx512 => unsafe { transpose_avx512(lanes, from, width, dst.as_mut_ptr(), stride) },
+        _ => {
+            for s in 0..16 {
+                for l in 0..width {
+                    dst[s * stride + l] = lanes.get(l).map_or(0.0, |lane| lane[from + s]);
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As `transpose_16` asserts, on a CPU with `avx512f`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_avx512(
+    lanes: &[&[f32]],
+    from: usize,
+    width: usize,
+    dst: *mut f32,
+    stride: usize,
+) {
+    use std::arch::x86_64::{
+        _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_unpackhi_ps, _mm512_unpacklo_ps,
+    };
+    let mut rows = [_mm512_setzero_ps(); 16];
+    for (row, lane) in rows.iter_mut().zip(lanes) {
+        // SAFETY: the lane holds 16 floats from `from` (the caller).
+        *row = unsafe { _mm512_loadu_ps(lane.as_ptr().add(from)) };
+    }
+    // Per 128-bit lane L, `columns[4g + o]` holds column 4L + o of rows
+    // 4g..4g+4.
+    let mut columns = [_mm512_setzero_ps(); 16];
+    for g in 0..4 {
+        let r = &rows[4 * g..4 * g + 4];
+        let (lo01, hi01) = (
+            _mm512_unpacklo_ps(r[0], r[1]),
+            _mm512_unpackhi_ps(r[0], r[1]),
+        );
+        let (lo23, hi23) = (
+            _mm512_unpacklo_ps(r[2], r[3]),
+            _mm512_unpackhi_ps(r[2], r[3]),
+        );
+        columns[4 * g] = _mm512_shuffle_ps::<0x44>(lo01, lo23);
+        columns[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(lo01, lo23);
+        columns[4 * g + 2] = _mm512_shuffle_ps::<0x44>(hi01, hi23);
+        columns[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(hi01, hi23);
+    }
+    let mask = first_lanes(width);
+    for o in 0..4 {
+        let q = [columns[o], columns[4 + o], columns[8 + o], columns[12 + o]];
+        let low = _mm512_shuffle_f32x4::<0x44>(q[0], q[1]);
+        let high = _mm512_shuffle_f32x4::<0xEE>(q[0], q[1]);
+        let low2 = _mm512_shuffle_f32x4::<0x44>(q[2], q[3]);
+        let high2 = _mm512_shuffle_f32x4::<0xEE>(q[2], q[3]);
+        let out = [
+            _mm512_shuffle_f32x4::<0x88>(low, low2),
+            _mm512_shuffle_f32x4::<0xDD>(low, low2),
+            _mm512_shuffle_f32x4::<0x88>(high, high2),
+            _mm512_shuffle_f32x4::<0xDD>(high, high2),
+        ];
+        for (quarter, &column) in out.iter().enumerate() {
+            let step = 4 * quarter + o;
+            // SAFETY: step < 16, and the caller's `dst` holds `width`
+            // floats at every `step · stride`; the mask stores only those.
+            unsafe { _mm512_mask_storeu_ps(dst.add(step * stride), mask, column) };
+        }
+    }
+}
