@@ -24,5 +24,5 @@ pub use compute::{
 pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
-pub use store::{DeviceParamStore, ResidentLeaf};
+pub use store::{ChainLayer, DeviceParamStore, ResidentInput, ResidentLeaf, TrainStepLoss};
 pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};

@@ -4,6 +4,8 @@
 
 mod store {
     mod amp;
+    mod chain;
+    mod chain_step;
     mod checks;
     mod common;
     mod families;
