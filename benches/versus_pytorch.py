@@ -14,7 +14,13 @@ included, as strided views like autograd's), timed the same way: the
 median of as many samples as Cistern took, after 2 warm-up calls. PyTorch's
 environment drops OPENBLAS_* settings meant for other tools.
 
-Usage: python3 benches/versus_pytorch.py [--rounds N] [--what adam|adamw|gemm]
+For train-step, PyTorch runs the step `cistern bench train-step` runs (an
+MLP 784-1024-1024-10, ReLU, batch 256, `nn.MSELoss`, random data) with
+`optim.SGD` (lr 1e-3, momentum 0.9) beside `chain-sgd` and fused
+`optim.Adam` beside `tape-adam`, 2 threads, timed to the loss read
+(`loss.item()`): the median of 15 steps after 3 warm-up steps.
+
+Usage: python3 benches/versus_pytorch.py [--rounds N] [--what adam|adamw|gemm|train-step]
        [--python PYTHON_WITH_TORCH] [--cistern target/release/cistern]
 Build first: cargo build --release. Not part of CI (it needs torch).
 """
@@ -142,10 +148,67 @@ def gemm_summary(pairs):
                           "lowest_shape_ratio": round(min(medians), 3)}))
 
 
+# Run by --python: one training step per optimizer, timed to loss.item().
+TORCH_TRAIN = r"""
+import json, statistics, time
+import torch
+torch.set_num_threads(2)
+torch.manual_seed(0)
+x, y = torch.rand(256, 784) * 2 - 1, torch.rand(256, 10) * 2 - 1
+for path in ("chain-sgd", "tape-adam"):
+    model = torch.nn.Sequential(torch.nn.Linear(784, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                                torch.nn.Linear(1024, 10))
+    if path == "chain-sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    loss_fn = torch.nn.MSELoss()
+    times = []
+    for i in range(18):
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        if i >= 3:
+            times.append(time.perf_counter() - t)
+    print(json.dumps({"bench": "pytorch_train_step", "path": path,
+                      "ms_per_step": round(statistics.median(times) * 1e3, 3),
+                      "threads": torch.get_num_threads()}), flush=True)
+"""
+
+
+def train_round(a, round_, pairs):
+    ours = {l["path"]: l["ms_per_step"] for l in json_lines([a.cistern, "bench", "train-step"])
+            if l.get("bench") == "train_step"}
+    theirs = {l["path"]: l["ms_per_step"] for l in
+              json_lines([a.python, "-c", TORCH_TRAIN], env=torch_env())
+              if l.get("bench") == "pytorch_train_step"}
+    for path in ("chain-sgd", "tape-adam"):
+        pair = {"bench": "versus_pytorch", "what": "train-step", "path": path, "round": round_,
+                "cistern_ms": ours[path], "pytorch_ms": theirs[path],
+                "speedup": round(theirs[path] / ours[path], 3)}
+        pairs.append(pair)
+        print(json.dumps(pair), flush=True)
+
+
+def train_summary(pairs):
+    for path in ("chain-sgd", "tape-adam"):
+        mine = [p for p in pairs if p["path"] == path]
+        print(json.dumps({"bench": "versus_pytorch_summary", "what": "train-step", "path": path,
+                          "median_cistern_ms": statistics.median(p["cistern_ms"] for p in mine),
+                          "median_pytorch_ms": statistics.median(p["pytorch_ms"] for p in mine),
+                          "median_speedup": round(statistics.median(p["speedup"] for p in mine), 3),
+                          "cistern_faster_rounds": sum(p["speedup"] > 1 for p in mine),
+                          "rounds": len(mine)}))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--what", choices=["adam", "adamw", "gemm"], default="adam")
+    ap.add_argument("--what", choices=["adam", "adamw", "gemm", "train-step"], default="adam")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--cistern", default=os.path.join(HERE, "..", "target", "release", "cistern"))
     a = ap.parse_args()
@@ -153,6 +216,8 @@ def main():
     for round_ in range(1, a.rounds + 1):
         if a.what == "gemm":
             gemm_round(a, round_, pairs)
+        elif a.what == "train-step":
+            train_round(a, round_, pairs)
         else:
             ours, theirs = cistern_optim(a.cistern, a.what), pytorch_optim(a.python, a.what)
             pair = {"bench": "versus_pytorch", "what": a.what, "round": round_,
@@ -162,6 +227,8 @@ def main():
             print(json.dumps(pair), flush=True)
     if a.what == "gemm":
         gemm_summary(pairs)
+    elif a.what == "train-step":
+        train_summary(pairs)
     else:
         speedups = [p["speedup"] for p in pairs]
         print(json.dumps({"bench": "versus_pytorch_summary", "what": a.what,

@@ -24,5 +24,7 @@ pub use compute::{
 pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
-pub use store::{DeviceAmpState, DeviceParamStore, ResidentLeaf};
+pub use store::{
+    ChainLayer, DeviceAmpState, DeviceParamStore, ResidentInput, ResidentLeaf, TrainStepLoss,
+};
 pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};

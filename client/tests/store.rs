@@ -5,6 +5,8 @@
 mod store {
     mod amp;
     mod amp_device;
+    mod chain;
+    mod chain_step;
     mod checks;
     mod common;
     mod families;

@@ -7,3 +7,4 @@ pub mod optim_store;
 pub mod peak;
 pub mod roundtrip;
 pub mod tape;
+pub mod train_step;

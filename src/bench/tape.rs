@@ -174,7 +174,11 @@ fn parameters(client: &ComputeClient, rng: &mut SplitMix64) -> Result<Vec<Layer>
         .collect()
 }
 
-fn tensor(rng: &mut SplitMix64, shape: &[usize], bound: f32) -> Result<Tensor<f32>, String> {
+pub(super) fn tensor(
+    rng: &mut SplitMix64,
+    shape: &[usize],
+    bound: f32,
+) -> Result<Tensor<f32>, String> {
     let count = shape.iter().product();
     let data = (0..count)
         .map(|_| bound * (2.0 * rng.unit_f32() - 1.0))
@@ -182,7 +186,7 @@ fn tensor(rng: &mut SplitMix64, shape: &[usize], bound: f32) -> Result<Tensor<f3
     Tensor::new(shape, data).map_err(|e| format!("tensor: {e}"))
 }
 
-fn round(value: f64, digits: i32) -> f64 {
+pub(super) fn round(value: f64, digits: i32) -> f64 {
     let scale = 10f64.powi(digits);
     (value * scale).round() / scale
 }

@@ -13,9 +13,9 @@ use crate::tape::{ResidentMark, Tape, TapeId, Var};
 /// ([`DeviceParamStore::sync_to_host`]), never through the tape.
 #[derive(Clone, Debug)]
 pub struct ResidentLeaf<'t> {
-    store: u64,
-    slot: usize,
-    shape: Vec<usize>,
+    pub(super) store: u64,
+    pub(super) slot: usize,
+    pub(super) shape: Vec<usize>,
     var: Var<'t>,
     tracked: bool,
 }

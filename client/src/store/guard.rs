@@ -167,13 +167,23 @@ impl DeviceParamStore {
                     self.staged = None;
                 }
             }
-            Work::Step(restore) => {
-                let restore = *restore;
-                self.pending = restore.pending;
-                self.staged = restore.staged;
-                self.optimizer = restore.optimizer;
+            Work::Step(restore) => self.restore(*restore),
+            Work::ChainStep {
+                restore,
+                loss_serial,
+            } => {
+                self.restore(*restore);
+                self.loss_serial = loss_serial;
+                // The recorded step may hold the refused launches' state.
+                self.chain = None;
             }
         }
+    }
+
+    fn restore(&mut self, restore: super::work::Restore) {
+        self.pending = restore.pending;
+        self.staged = restore.staged;
+        self.optimizer = restore.optimizer;
     }
 
     /// `error`, latching the store first when it is device-level.

@@ -5,6 +5,8 @@
 
 mod amp;
 mod backward;
+mod chain;
+mod chain_step;
 mod convert;
 mod families;
 mod forward;
@@ -17,5 +19,7 @@ mod store;
 mod work;
 
 pub use amp::DeviceAmpState;
+pub use chain::{ChainLayer, ResidentInput};
+pub use chain_step::TrainStepLoss;
 pub use forward::ResidentLeaf;
 pub use store::DeviceParamStore;

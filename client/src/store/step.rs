@@ -215,7 +215,7 @@ impl DeviceParamStore {
 
     /// The config's own checks, then the store's: one family per store,
     /// and every hyper-parameter but `lr` fixed by the first step.
-    fn check_config(&self, config: &OptimizerConfig) -> Result<(), BackendError> {
+    pub(super) fn check_config(&self, config: &OptimizerConfig) -> Result<(), BackendError> {
         config
             .validate()
             .map_err(|error| BackendError::from(optimizer_error("step", error)))?;
@@ -283,7 +283,7 @@ impl DeviceParamStore {
     /// The state buffers of `config` from the pools, and the fills that
     /// set their initial values (queued with the step). A failed
     /// reservation is returned; nothing is kept.
-    fn allocate_state(
+    pub(super) fn allocate_state(
         &self,
         config: &OptimizerConfig,
         launches: &mut Vec<KernelLaunch>,

@@ -53,6 +53,10 @@ pub struct DeviceParamStore {
     /// The AMP found-inf flag (one `f32`), reserved by the first AMP step.
     pub(super) found_inf: Option<Buffer>,
     pub(super) work: WorkList,
+    /// The device chain's workspace and recorded step (`chain_step.rs`).
+    pub(super) chain: Option<super::chain_step::ChainRun>,
+    /// The serial of the latest train-step loss (0: none yet).
+    pub(super) loss_serial: u64,
 }
 
 /// A registered forward a step has not consumed yet.
@@ -125,6 +129,8 @@ impl DeviceParamStore {
             optimizer: None,
             found_inf: None,
             work: WorkList::default(),
+            chain: None,
+            loss_serial: 0,
         })
     }
 

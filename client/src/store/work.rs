@@ -29,6 +29,14 @@ pub(super) enum Work {
     },
     /// An optimizer step, with the store's state from before it.
     Step(Box<Restore>),
+    /// A device-chain train step, with the store's state and the loss
+    /// serial from before it.
+    ChainStep {
+        /// The state before the step.
+        restore: Box<Restore>,
+        /// The loss serial before the step.
+        loss_serial: u64,
+    },
 }
 
 /// The store's state before a step: put back when the device refused the

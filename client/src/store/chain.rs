@@ -1,0 +1,279 @@
+//! Device chains: a list of linear layers over the store's parameters, run
+//! as one launch batch on the store's stream (inference here; the train
+//! step in `chain_step.rs`). `ResidentInput`: an input uploaded for them.
+
+use cistern_runtime::{Activation, AllocationPolicy, Binding, GemmSpec, KernelLaunch};
+
+use super::forward::ResidentLeaf;
+use super::store::DeviceParamStore;
+use crate::compute::{Buffer, ComputeClient, bytes_f32, f32_bytes};
+use crate::error::BackendError;
+use crate::shape::ShapeError;
+use crate::tape::Tensor;
+
+/// One layer of a chain: `act(x·Wᵀ + b)` with the weight leaf, an optional
+/// bias leaf (both from [`DeviceParamStore::snapshot_resident_params`] or
+/// `register_resident_params`) and the activation.
+pub type ChainLayer<'t> = (ResidentLeaf<'t>, Option<ResidentLeaf<'t>>, Activation);
+
+/// A `rows×cols` input uploaded by [`DeviceParamStore::upload_resident_input`]:
+/// bound to that store and its device.
+#[derive(Clone, Debug)]
+pub struct ResidentInput {
+    pub(super) store: u64,
+    pub(super) client: ComputeClient,
+    pub(super) buffer: Buffer,
+    pub(super) shape: Vec<usize>,
+}
+
+impl ResidentInput {
+    /// Its shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+}
+
+/// One checked layer: its slots, sizes (`n×k` weight) and activation.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct LayerPlan {
+    pub(super) weight: usize,
+    pub(super) bias: Option<usize>,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) activation: Activation,
+}
+
+/// Whether the activation's derivative is computed from its output (so
+/// the GEMM's epilogue applies it and no pre-activation is kept).
+pub(super) fn fused(activation: Activation) -> bool {
+    match activation {
+        Activation::Identity | Activation::Relu => true,
+        Activation::LeakyRelu { negative_slope } => negative_slope >= 0.0,
+        _ => false,
+    }
+}
+
+impl DeviceParamStore {
+    /// `input` through `chain` on the device: one upload, the layers
+    /// device-resident with no synchronisation between them, one download.
+    /// The store's queued work is re-checked after the download.
+    ///
+    /// A pending forward is `PendingForwardUnconsumed`; a leaf of another
+    /// store, an empty chain or an input of rank ≠ 2 `InvalidArgument`;
+    /// shapes that do not chain `ShapeMismatch`; `Unsupported` from the
+    /// device passes through (no host fallback).
+    pub fn predict_device_chain(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, BackendError> {
+        self.enter()?;
+        let plan = self.check_chain(chain, input.shape())?;
+        let uploaded = self.upload_resident_input(input)?;
+        self.run_chain(&plan, &uploaded)
+    }
+
+    /// [`predict_device_chain`](Self::predict_device_chain) over an input
+    /// already on the device: no upload. An input of another store is
+    /// `InvalidArgument`, of another device `DeviceMismatch`.
+    pub fn predict_device_chain_resident(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &ResidentInput,
+    ) -> Result<Tensor<f32>, BackendError> {
+        self.enter()?;
+        self.check_input(input)?;
+        let plan = self.check_chain(chain, &input.shape)?;
+        self.run_chain(&plan, input)
+    }
+
+    /// Uploads `input` (rank 2, else `InvalidArgument`) on the store's
+    /// stream, for the chain calls of this store.
+    pub fn upload_resident_input(
+        &self,
+        input: &Tensor<f32>,
+    ) -> Result<ResidentInput, BackendError> {
+        self.enter()?;
+        if input.shape().len() != 2 || input.is_empty() {
+            return Err(BackendError::InvalidArgument(format!(
+                "a chain input is a non-empty matrix; got shape {:?}",
+                input.shape()
+            )));
+        }
+        let buffer = self.reserve_floats(input.len())?;
+        let bytes = f32_bytes(input.data());
+        self.client
+            .write_on(self.stream.id, &buffer, 0, &bytes)
+            .map_err(|error| self.fail(BackendError::from(error)))?;
+        Ok(ResidentInput {
+            store: self.id,
+            client: self.client.clone(),
+            buffer,
+            shape: input.shape().to_vec(),
+        })
+    }
+
+    /// Reads an uploaded input back (one download).
+    pub fn download_resident_input(
+        &self,
+        input: &ResidentInput,
+    ) -> Result<Tensor<f32>, BackendError> {
+        self.enter()?;
+        self.check_input(input)?;
+        let read = self
+            .client
+            .read_on(self.stream.id, &input.buffer, 0, input.buffer.size());
+        let bytes = self.after_wait(read)?;
+        Ok(Tensor::new(input.shape.clone(), bytes_f32(&bytes))?)
+    }
+
+    /// `DeviceMismatch` for an input of another device, `InvalidArgument`
+    /// for one of another store.
+    fn check_input(&self, input: &ResidentInput) -> Result<(), BackendError> {
+        if !input.client.same_server(&self.client) {
+            return Err(BackendError::DeviceMismatch);
+        }
+        if input.store != self.id {
+            return Err(BackendError::InvalidArgument(
+                "the input was uploaded for another parameter store".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The chain's checks against an input of `shape`: no pending forward,
+    /// leaves of this store, matrices that chain.
+    pub(super) fn check_chain(
+        &self,
+        chain: &[ChainLayer<'_>],
+        shape: &[usize],
+    ) -> Result<Vec<LayerPlan>, BackendError> {
+        if self.pending.is_some() {
+            return Err(BackendError::PendingForwardUnconsumed);
+        }
+        if chain.is_empty() {
+            return Err(BackendError::InvalidArgument(
+                "a chain needs a layer".into(),
+            ));
+        }
+        if shape.len() != 2 || shape.contains(&0) {
+            return Err(BackendError::InvalidArgument(format!(
+                "a chain input is a non-empty matrix; got shape {shape:?}"
+            )));
+        }
+        let mut width = shape[1];
+        let mut plan = Vec::with_capacity(chain.len());
+        for (weight, bias, activation) in chain {
+            for leaf in std::iter::once(weight).chain(bias) {
+                if leaf.store != self.id {
+                    return Err(BackendError::InvalidArgument(format!(
+                        "slot {} is a leaf of another parameter store",
+                        leaf.slot
+                    )));
+                }
+            }
+            let (n, k) = match weight.shape[..] {
+                [n, k] => (n, k),
+                _ => {
+                    return Err(BackendError::InvalidArgument(format!(
+                        "slot {} is not a matrix (shape {:?})",
+                        weight.slot, weight.shape
+                    )));
+                }
+            };
+            ShapeError::check_dims(&[k], &[width])?;
+            if let Some(bias) = bias {
+                ShapeError::check_dims(&[n], &bias.shape)?;
+            }
+            plan.push(LayerPlan {
+                weight: weight.slot,
+                bias: bias.as_ref().map(|bias| bias.slot),
+                n,
+                k,
+                activation: *activation,
+            });
+            width = n;
+        }
+        Ok(plan)
+    }
+
+    /// Runs the forward as one batch and downloads the last output.
+    fn run_chain(
+        &self,
+        plan: &[LayerPlan],
+        input: &ResidentInput,
+    ) -> Result<Tensor<f32>, BackendError> {
+        let rows = input.shape[0];
+        let mut launches = Vec::new();
+        let mut keep = Vec::new();
+        let mut x = input.buffer.clone();
+        for layer in plan {
+            let out = self.reserve_floats(rows * layer.n)?;
+            let pre = match fused(layer.activation) {
+                true => None,
+                false => Some(self.reserve_floats(rows * layer.n)?),
+            };
+            launches.extend(self.layer_forward(layer, rows, x.whole(), &out, pre.as_ref()));
+            keep.extend(pre);
+            x = out.clone();
+            keep.push(out);
+        }
+        let token = self
+            .client
+            .launch_batch(self.stream.id, launches)
+            .map_err(|error| self.fail(BackendError::from(error)))?;
+        let read = self.client.read_on(self.stream.id, &x, 0, x.size());
+        let bytes = self.after_wait(read)?;
+        token
+            .wait()
+            .map_err(|error| self.fail(BackendError::from(error)))?;
+        let width = plan.last().map_or(0, |layer| layer.n);
+        Ok(Tensor::new(vec![rows, width], bytes_f32(&bytes))?)
+    }
+
+    /// One layer's forward launches: the GEMM (with the activation fused
+    /// when its derivative comes from the output), else the GEMM into `pre`
+    /// and the activation into `out`.
+    pub(super) fn layer_forward(
+        &self,
+        layer: &LayerPlan,
+        rows: usize,
+        x: Binding,
+        out: &Buffer,
+        pre: Option<&Buffer>,
+    ) -> Vec<KernelLaunch> {
+        let spec = GemmSpec {
+            m: rows,
+            n: layer.n,
+            k: layer.k,
+            transpose_b: true,
+            activation: match pre {
+                None => layer.activation,
+                Some(_) => Activation::Identity,
+            },
+            ..GemmSpec::default()
+        };
+        let weight = self.slot_binding(&self.params, layer.weight);
+        let bias = layer.bias.map(|slot| self.slot_binding(&self.params, slot));
+        match pre {
+            None => vec![KernelLaunch::gemm(spec, x, weight, bias, out.whole())],
+            Some(pre) => vec![
+                KernelLaunch::gemm(spec, x, weight, bias, pre.whole()),
+                KernelLaunch::activation_forward(layer.activation, pre.whole(), out.whole()),
+            ],
+        }
+    }
+
+    /// `slot`'s range of `buffer` (the parameters or the staging buffer).
+    pub(super) fn slot_binding(&self, buffer: &Buffer, slot: usize) -> Binding {
+        let (offset, size) = self.layout.slot(slot).map_or((0, 0), |slot| slot.bytes());
+        buffer.range(offset, size)
+    }
+
+    /// A buffer of `count` `f32`s on the store's stream.
+    pub(super) fn reserve_floats(&self, count: usize) -> Result<Buffer, BackendError> {
+        self.client
+            .reserve_with(count as u64 * 4, AllocationPolicy::Allow, self.stream.id)
+            .map_err(|error| self.fail(BackendError::from(error)))
+    }
+}

@@ -1,0 +1,418 @@
+//! The device-chain train step: forward, MSE (mean), backward and SGD for
+//! the whole chain as one launch batch on the store's stream, with no
+//! synchronisation. After a warm-up step the step is recorded as a graph
+//! and replayed; `TrainStepLoss` names the loss of one step.
+
+use std::time::{Duration, Instant};
+
+use cistern_optim::{OptimizerConfig, SgdConfig};
+use cistern_runtime::{Activation, FailureToken, GemmSpec, KernelLaunch, OptimizerStep};
+
+use super::chain::{ChainLayer, LayerPlan, fused};
+use super::step::OptimizerRun;
+use super::store::DeviceParamStore;
+use super::work::{Restore, Work};
+use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
+use crate::error::BackendError;
+use crate::shape::ShapeError;
+use crate::tape::Tensor;
+
+/// How long a step waits, in all, for another client's capture to end
+/// before answering `DeviceContextCaptureInProgress`.
+const CAPTURE_WAIT: Duration = Duration::from_secs(2);
+
+/// The loss of one train step: bound to its store and a step serial. Read
+/// it with [`DeviceParamStore::read_train_step_loss`] before the next step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainStepLoss {
+    store: u64,
+    serial: u64,
+    host: Option<f32>,
+}
+
+impl TrainStepLoss {
+    /// The step serial it belongs to.
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+}
+
+/// A chain's device buffers for one batch shape, and its recorded step.
+#[derive(Debug)]
+pub(super) struct ChainRun {
+    rows: usize,
+    plan: Vec<LayerPlan>,
+    x: Buffer,
+    y: Buffer,
+    /// Per layer: its output, its pre-activation (unfused activations),
+    /// the gradient of its output, and of its pre-activation.
+    outs: Vec<Buffer>,
+    pres: Vec<Option<Buffer>>,
+    grads: Vec<Buffer>,
+    act_grads: Vec<Option<Buffer>>,
+    loss: Buffer,
+    /// Whether one step ran directly (the warm-up).
+    warmed: bool,
+    /// The recorded step and the config it was recorded with.
+    graph: Option<(Graph, SgdConfig)>,
+}
+
+impl DeviceParamStore {
+    /// One SGD train step of `chain` (covering every slot once) on
+    /// `input` and `target`: forward, MSE (mean), backward and the step as
+    /// one launch batch, returned once queued, with no synchronisation.
+    /// The second step with one batch shape and config is recorded as a
+    /// graph; later ones replay it (a new shape or config records again).
+    ///
+    /// Refusals are those of [`validate_train_step_device_chain`] and
+    /// change nothing. While another client captures, the whole step is
+    /// retried for up to 2 s, then `DeviceContextCaptureInProgress`
+    /// (nothing changed: retry later). A device failure latches the store.
+    ///
+    /// [`validate_train_step_device_chain`]: Self::validate_train_step_device_chain
+    pub fn train_step_device_chain(
+        &mut self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+        target: &Tensor<f32>,
+        config: &SgdConfig,
+    ) -> Result<TrainStepLoss, BackendError> {
+        let deadline = Instant::now() + CAPTURE_WAIT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.try_chain_step(chain, input, target, config) {
+                Err(error) if error.is_transient() && Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Every check of [`train_step_device_chain`](Self::train_step_device_chain),
+    /// with no side effect: a pending forward is `PendingForwardUnconsumed`;
+    /// a leaf of another store, a chain that does not cover every slot
+    /// exactly once, an input of rank ≠ 2, or an invalid or changed config
+    /// `InvalidArgument`; shapes that do not chain `ShapeMismatch`.
+    pub fn validate_train_step_device_chain(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+        target: &Tensor<f32>,
+        config: &SgdConfig,
+    ) -> Result<(), BackendError> {
+        self.enter()?;
+        self.check_train(chain, input, target, config).map(|_| ())
+    }
+
+    /// The loss of the latest train step: one 4-byte read (the step's one
+    /// synchronisation), or none for a loss recorded from the host. A loss
+    /// of an older step or of another store is `InvalidArgument`.
+    pub fn read_train_step_loss(&self, loss: &TrainStepLoss) -> Result<f32, BackendError> {
+        self.enter()?;
+        if loss.store != self.id || loss.serial != self.loss_serial {
+            return Err(BackendError::InvalidArgument(format!(
+                "the loss is of step {} (of store {}); the latest is step {} of store {}",
+                loss.serial, loss.store, self.loss_serial, self.id
+            )));
+        }
+        if let Some(value) = loss.host {
+            return Ok(value);
+        }
+        let buffer = match &self.chain {
+            Some(run) => &run.loss,
+            None => return Err(BackendError::InvalidArgument("no train step ran".into())),
+        };
+        let read = self.client.read_on(self.stream.id, buffer, 0, 4);
+        let bytes = self.after_wait(read)?;
+        bytes_f32(&bytes)
+            .first()
+            .copied()
+            .ok_or_else(|| BackendError::TransferFailed("the loss read was empty".into()))
+    }
+
+    /// Records a loss computed on the host (another path's step) under a
+    /// new serial; reading it needs no synchronisation.
+    pub fn record_host_train_step_loss(
+        &mut self,
+        value: f32,
+    ) -> Result<TrainStepLoss, BackendError> {
+        self.enter_mut()?;
+        self.loss_serial += 1;
+        Ok(TrainStepLoss {
+            store: self.id,
+            serial: self.loss_serial,
+            host: Some(value),
+        })
+    }
+
+    fn check_train(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+        target: &Tensor<f32>,
+        config: &SgdConfig,
+    ) -> Result<Vec<LayerPlan>, BackendError> {
+        let plan = self.check_chain(chain, input.shape())?;
+        let mut seen = vec![0usize; self.layout.slots().len()];
+        for layer in &plan {
+            for slot in std::iter::once(layer.weight).chain(layer.bias) {
+                if let Some(count) = seen.get_mut(slot) {
+                    *count += 1;
+                }
+            }
+        }
+        if let Some(slot) = seen.iter().position(|&count| count != 1) {
+            return Err(BackendError::InvalidArgument(format!(
+                "a train chain uses every slot exactly once; slot {slot} is used {} times",
+                seen[slot]
+            )));
+        }
+        let width = plan.last().map_or(0, |layer| layer.n);
+        ShapeError::check_dims(&[input.shape()[0], width], target.shape())?;
+        self.check_config(&OptimizerConfig::Sgd(config.clone()))?;
+        Ok(plan)
+    }
+
+    fn try_chain_step(
+        &mut self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+        target: &Tensor<f32>,
+        config: &SgdConfig,
+    ) -> Result<TrainStepLoss, BackendError> {
+        self.enter_mut()?;
+        let plan = self.check_train(chain, input, target, config)?;
+        let rows = input.shape()[0];
+        let fresh = self
+            .chain
+            .as_ref()
+            .is_none_or(|run| run.rows != rows || run.plan != plan);
+        if fresh {
+            self.chain = None;
+            self.chain = Some(self.workspace(rows, plan)?);
+        }
+        if self
+            .optimizer
+            .as_ref()
+            .is_some_and(|run| run.device_amp.is_some())
+        {
+            // The step count lives on the device: the host cannot count this step.
+            return Err(BackendError::InvalidArgument(
+                "a chain step after an AMP step with no synchronisation: the step count is on the device"
+                    .to_string(),
+            ));
+        }
+        let optimizer = OptimizerConfig::Sgd(config.clone());
+        let mut launches = Vec::new();
+        let (state, steps) = match &self.optimizer {
+            Some(run) => (run.state.clone(), run.steps),
+            None => (self.allocate_state(&optimizer, &mut launches)?, 0),
+        };
+        let run = self.chain.take().ok_or(BackendError::StorePoisoned)?;
+        let sent = self.send_chain_step(run, input, target, config, &state, steps, launches);
+        let token = sent?;
+        let restore = Restore {
+            pending: self.pending.take(),
+            staged: self.staged.take(),
+            optimizer: self.optimizer.take(),
+        };
+        self.optimizer = Some(OptimizerRun {
+            config: optimizer,
+            state,
+            steps: steps + 1,
+            device_amp: None,
+        });
+        let loss_serial = self.loss_serial;
+        self.work.push(
+            token,
+            Work::ChainStep {
+                restore: Box::new(restore),
+                loss_serial,
+            },
+        );
+        self.loss_serial += 1;
+        Ok(TrainStepLoss {
+            store: self.id,
+            serial: self.loss_serial,
+            host: None,
+        })
+    }
+
+    /// Writes the batch, then replays the recorded step, records it, or
+    /// (warm-up, first step) launches it directly. Keeps `run` in the store.
+    #[allow(clippy::too_many_arguments)]
+    fn send_chain_step(
+        &mut self,
+        mut run: ChainRun,
+        input: &Tensor<f32>,
+        target: &Tensor<f32>,
+        config: &SgdConfig,
+        state: &[Buffer],
+        steps: u64,
+        mut launches: Vec<KernelLaunch>,
+    ) -> Result<FailureToken, BackendError> {
+        let stream = self.stream.id;
+        let written = self
+            .client
+            .write_on(stream, &run.x, 0, &f32_bytes(input.data()))
+            .and_then(|()| {
+                self.client
+                    .write_on(stream, &run.y, 0, &f32_bytes(target.data()))
+            });
+        if let Err(error) = written {
+            self.chain = Some(run);
+            return Err(self.fail(BackendError::from(error)));
+        }
+        let replay = run
+            .graph
+            .as_ref()
+            .filter(|(_, recorded)| recorded == config)
+            .map(|(graph, _)| graph.clone());
+        let step = OptimizerStep::new(
+            OptimizerConfig::Sgd(config.clone()),
+            steps + 1,
+            self.segments.clone(),
+            self.params.whole(),
+            self.staging.whole(),
+            state.iter().map(Buffer::whole).collect(),
+        );
+        let sent = match replay {
+            Some(graph) => self.client.replay_tracked(stream, &graph),
+            None => {
+                launches.extend(self.chain_launches(&run));
+                launches.push(step.into_launch());
+                // SGD's kernel differs only at step 1: a step ≥ 2 recorded once
+                // replays every later one.
+                if run.warmed && steps >= 1 {
+                    match self.record(&launches) {
+                        Ok(graph) => {
+                            run.graph = Some((graph.clone(), config.clone()));
+                            self.client.replay_tracked(stream, &graph)
+                        }
+                        Err(error) => Err(error),
+                    }
+                } else {
+                    run.warmed = true;
+                    self.client.launch_batch(stream, launches)
+                }
+            }
+        };
+        self.chain = Some(run);
+        sent.map_err(|error| self.fail(BackendError::from(error)))
+    }
+
+    fn record(&self, launches: &[KernelLaunch]) -> Result<Graph, cistern_runtime::ServerError> {
+        let (token, guard) = self.client.begin_capture(self.stream.id)?;
+        token.launch_batch(launches.to_vec())?;
+        self.client.end_capture(guard)
+    }
+
+    /// The forward, loss and backward launches of one step over `run`.
+    fn chain_launches(&self, run: &ChainRun) -> Vec<KernelLaunch> {
+        let rows = run.rows;
+        let mut launches = Vec::new();
+        let input_of = |l: usize| if l == 0 { &run.x } else { &run.outs[l - 1] };
+        for (l, layer) in run.plan.iter().enumerate() {
+            let x = input_of(l).whole();
+            launches.extend(self.layer_forward(layer, rows, x, &run.outs[l], run.pres[l].as_ref()));
+        }
+        let last = run.plan.len() - 1;
+        let (pred, y) = (run.outs[last].whole(), run.y.whole());
+        launches.push(KernelLaunch::mse_loss(pred, y, run.loss.whole()));
+        launches.push(KernelLaunch::mse_loss_backward(
+            pred,
+            y,
+            1.0,
+            run.grads[last].whole(),
+        ));
+        for (l, layer) in run.plan.iter().enumerate().rev() {
+            let mut g = &run.grads[l];
+            if let Some(act_grad) = &run.act_grads[l] {
+                let at = run.pres[l].as_ref().unwrap_or(&run.outs[l]);
+                launches.push(KernelLaunch::activation_backward(
+                    layer.activation,
+                    at.whole(),
+                    g.whole(),
+                    act_grad.whole(),
+                ));
+                g = act_grad;
+            }
+            let (n, k) = (layer.n, layer.k);
+            let weight_grad = self.slot_binding(&self.staging, layer.weight);
+            launches.push(KernelLaunch::gemm(
+                product(n, k, rows, true, false),
+                g.whole(),
+                input_of(l).whole(),
+                None,
+                weight_grad,
+            ));
+            if let Some(bias) = layer.bias {
+                let sums = self.slot_binding(&self.staging, bias);
+                launches.push(KernelLaunch::column_sum(
+                    g.whole(),
+                    rows as u64,
+                    n as u64,
+                    sums,
+                ));
+            }
+            if l > 0 {
+                let weight = self.slot_binding(&self.params, layer.weight);
+                launches.push(KernelLaunch::gemm(
+                    product(rows, k, n, false, false),
+                    g.whole(),
+                    weight,
+                    None,
+                    run.grads[l - 1].whole(),
+                ));
+            }
+        }
+        launches
+    }
+
+    /// The buffers of a chain step over `rows`-row batches.
+    fn workspace(&self, rows: usize, plan: Vec<LayerPlan>) -> Result<ChainRun, BackendError> {
+        let first = plan.first().map_or(0, |layer| layer.k);
+        let last = plan.last().map_or(0, |layer| layer.n);
+        let (mut outs, mut pres, mut grads, mut act_grads) = (vec![], vec![], vec![], vec![]);
+        for layer in &plan {
+            let len = rows * layer.n;
+            outs.push(self.reserve_floats(len)?);
+            grads.push(self.reserve_floats(len)?);
+            pres.push(match fused(layer.activation) {
+                true => None,
+                false => Some(self.reserve_floats(len)?),
+            });
+            act_grads.push(match layer.activation {
+                Activation::Identity => None,
+                _ => Some(self.reserve_floats(len)?),
+            });
+        }
+        Ok(ChainRun {
+            rows,
+            x: self.reserve_floats(rows * first)?,
+            y: self.reserve_floats(rows * last)?,
+            plan,
+            outs,
+            pres,
+            grads,
+            act_grads,
+            loss: self.reserve_floats(1)?,
+            warmed: false,
+            graph: None,
+        })
+    }
+}
+
+/// A GEMM spec `m×n` over a contracted `k`, without bias or activation.
+fn product(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
+    GemmSpec {
+        m,
+        n,
+        k,
+        transpose_a,
+        transpose_b,
+        activation: Activation::Identity,
+    }
+}
