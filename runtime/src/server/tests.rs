@@ -392,6 +392,10 @@ fn each_command_has_a_span_and_a_refusal_carries_its_stable_code() {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
     tracing::subscriber::with_default(subscriber, || {
+        // Other tests of this binary hit the same callsites on other
+        // threads with no subscriber; one that registered a callsite while
+        // this dispatcher was being made may have cached "never" for it.
+        tracing::callsite::rebuild_interest_cache();
         let mut harness = new_server();
         let refused = harness.call(|reply| Command::Reserve {
             size: 0,
