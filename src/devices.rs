@@ -13,9 +13,6 @@ pub(crate) fn print_devices() -> Result<(), String> {
     for absent in absent_backends() {
         println!("{}: absent: {}", absent.backend, absent.reason);
     }
-    for absent in absent_backends() {
-        println!("{}  none: {}", absent.backend, absent.reason);
-    }
     Ok(())
 }
 
@@ -88,6 +85,10 @@ fn best(devices: &[DeviceInfo]) -> Option<Device> {
 /// `cpu:N`, `wgpu:N`, `cuda:N`. A device not present is an error listing
 /// those that are.
 pub(crate) fn choose(spec: &str) -> Result<Device, String> {
+    // The CPU backend is always present: no probe of the other backends.
+    if spec == "cpu" || spec == "cpu:0" {
+        return Ok(Device::Cpu(0));
+    }
     let devices = list_devices();
     let present = || {
         devices
@@ -98,7 +99,6 @@ pub(crate) fn choose(spec: &str) -> Result<Device, String> {
     };
     let device = match spec {
         "auto" => return best(&devices).ok_or_else(|| "no device is present".to_string()),
-        "cpu" => Device::Cpu(0),
         _ => parse(spec).ok_or_else(|| {
             format!("--device {spec}: expected cpu, auto, cpu:N, wgpu:N or cuda:N")
         })?,

@@ -90,6 +90,86 @@ fn training_on_the_cpu_beats_the_mean_baseline_and_its_json_lines_parse() {
     );
 }
 
+/// The summary line of a successful `train --json` run.
+fn summary_of(args: &[&str]) -> Value {
+    let mut all = vec!["train", "--json"];
+    all.extend_from_slice(args);
+    let output = cistern(&all);
+    assert!(output.status.success(), "{all:?}: {}", text(&output.stderr));
+    let summary = json_lines(&output).last().cloned().unwrap_or_default();
+    assert_eq!(summary["event"], "summary", "{all:?}");
+    summary
+}
+
+fn beats_the_baseline(summary: &Value) {
+    let (val, baseline) = (
+        summary["val_mse"].as_f64().unwrap_or(f64::NAN),
+        summary["baseline_mse"].as_f64().unwrap_or(f64::NAN),
+    );
+    assert!(
+        val < baseline,
+        "validation {val} vs baseline {baseline}: {summary}"
+    );
+}
+
+#[test]
+fn the_default_step_is_the_device_chain_and_agrees_with_the_tape_step() {
+    let chain = summary_of(&["--steps", "200"]);
+    assert_eq!(chain["step"], "device-chain");
+    beats_the_baseline(&chain);
+    let tape = summary_of(&["--steps", "200", "--step", "tape"]);
+    assert_eq!(tape["step"], "tape");
+    // The same SGD steps on the same batches: the two paths differ only by
+    // float rounding in their kernels' order of work.
+    for field in ["train_mse", "val_mse"] {
+        let (a, b) = (chain[field].as_f64(), tape[field].as_f64());
+        let (a, b) = (a.unwrap_or(f64::NAN), b.unwrap_or(f64::NAN));
+        assert!(
+            (a - b).abs() <= 1e-3 * b.abs(),
+            "{field}: chain {a} vs tape {b}"
+        );
+    }
+}
+
+#[test]
+fn every_optimizer_trains_through_the_store_with_and_without_amp() {
+    for optimizer in ["adamw", "rmsprop", "adagrad", "lamb"] {
+        let summary = summary_of(&["--steps", "150", "--optimizer", optimizer]);
+        assert_eq!(summary["step"], "tape", "{optimizer}");
+        beats_the_baseline(&summary);
+    }
+    for optimizer in ["sgd", "adam"] {
+        let summary = summary_of(&["--steps", "150", "--optimizer", optimizer, "--amp"]);
+        assert_eq!(summary["step"], "tape-amp", "{optimizer}");
+        assert_eq!(summary["amp"], true);
+        assert_eq!(summary["skipped_steps"], 0, "{optimizer}: {summary}");
+        beats_the_baseline(&summary);
+    }
+}
+
+#[test]
+fn a_device_fault_during_training_is_reported_with_its_code_and_kept_as_telemetry() {
+    let telemetry = scratch("fault.jsonl");
+    let output = cistern(&[
+        "train",
+        "--steps",
+        "100",
+        "--inject-trap-at-launch",
+        "40",
+        "--telemetry",
+        path(&telemetry),
+    ]);
+    fails_with(&output, "device error DevicePoisoned (1009)");
+    fails_with(&output, "what to do:");
+    let report = cistern(&["report", path(&telemetry)]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let listed = text(&report.stdout);
+    assert!(
+        listed.contains("DevicePoisoned  1009         1"),
+        "{listed}"
+    );
+}
+
 #[test]
 fn a_saved_model_predicts_exactly_what_the_trained_one_did() {
     let csv = write_csv("data.csv");
@@ -186,6 +266,13 @@ fn zero_steps_an_empty_split_and_bad_arguments_are_clear_errors() {
     );
     fails_with(&cistern(&["train", "--lr=-1"]), "--lr");
     fails_with(&cistern(&["train", "--device", "tpu"]), "--device");
-    fails_with(&cistern(&["train", "--amp"]), "--amp is not built yet");
+    fails_with(
+        &cistern(&["train", "--amp", "--optimizer", "lamb"]),
+        "--amp with --optimizer lamb",
+    );
+    fails_with(
+        &cistern(&["train", "--step", "chain", "--optimizer", "adam"]),
+        "--step chain runs sgd",
+    );
     fails_with(&cistern(&["train", "--layers", "8,x"]), "invalid");
 }

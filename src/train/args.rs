@@ -27,6 +27,15 @@ pub enum OptimizerName {
     Lamb,
 }
 
+/// How a step runs, by its command-line name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StepPath {
+    /// The device chain's step, captured once and replayed (SGD only).
+    Chain,
+    /// A tape forward, the store's backward, the store's fused step.
+    Tape,
+}
+
 impl OptimizerName {
     /// Its name as printed.
     pub fn name(self) -> &'static str {
@@ -83,9 +92,10 @@ impl OptimizerName {
 /// Train an MLP regressor on a real dataset (red wine quality by default)
 /// or a CSV file, on a device; report, plot and save it.
 ///
-/// Each step runs forward and backward on the tape with the parameters
-/// resident in device buffers and the runtime's fused optimizer kernel
-/// updating them in place.
+/// The parameters live in one device parameter store, updated in place by
+/// fused optimizer kernels. SGD steps by default through the device chain:
+/// the whole step (forward, loss, backward, update) captured once and
+/// replayed; other optimizers and --amp through the tape and the store.
 #[derive(Debug, clap::Args)]
 pub struct TrainArgs {
     /// A built-in dataset (from `linfa-datasets`).
@@ -138,10 +148,18 @@ pub struct TrainArgs {
     /// over the CPU backend), or `cpu:N`, `wgpu:N`, `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// Mixed precision through the gradient scaler. Not built yet: it
-    /// needs the parameter store (`DeviceParamStore`); giving it is an error.
+    /// Mixed precision: the loss scaled by a gradient scaler (PyTorch's
+    /// `GradScaler` defaults), unscaled and checked on the device, a step
+    /// with non-finite gradients skipped. With sgd, adam or adamw.
     #[arg(long)]
     pub amp: bool,
+    /// Inject a device trap at the Nth launch (to see the error path:
+    /// the report, the telemetry, the exit status).
+    #[arg(long, value_name = "N")]
+    pub inject_trap_at_launch: Option<u64>,
+    /// How each step runs [default: chain for sgd without --amp, else tape].
+    #[arg(long, value_enum)]
+    pub step: Option<StepPath>,
     /// Print JSON lines (ending with a summary line) instead of the bar.
     #[arg(long)]
     pub json: bool,
@@ -167,6 +185,15 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// The step path in effect.
+    pub fn step_path(&self) -> StepPath {
+        match self.step {
+            Some(path) => path,
+            None if self.optimizer == OptimizerName::Sgd && !self.amp => StepPath::Chain,
+            None => StepPath::Tape,
+        }
+    }
+
     /// The learning rate in effect.
     pub fn lr(&self) -> f64 {
         self.lr.unwrap_or_else(|| self.optimizer.default_lr())
@@ -174,11 +201,20 @@ impl TrainArgs {
 
     /// Checks what clap cannot; the message says what to change.
     pub fn check(&self) -> Result<(), String> {
-        if self.amp {
+        let amp_family = matches!(
+            self.optimizer,
+            OptimizerName::Sgd | OptimizerName::Adam | OptimizerName::Adamw
+        );
+        if self.amp && !amp_family {
+            return Err(format!(
+                "--amp with --optimizer {}: mixed precision steps sgd, adam or adamw",
+                self.optimizer.name()
+            ));
+        }
+        if self.step == Some(StepPath::Chain) && (self.amp || self.optimizer != OptimizerName::Sgd)
+        {
             return Err(
-                "--amp is not built yet: mixed precision needs the parameter store \
-                        (DeviceParamStore); run without --amp"
-                    .into(),
+                "--step chain runs sgd without --amp: use --step tape for other optimizers".into(),
             );
         }
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs == 0) {

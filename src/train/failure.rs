@@ -1,7 +1,7 @@
 //! Why a run stopped: a device error (reported with its stable code and
 //! what to do about it) or a usage error (a message).
 
-use cistern_client::{AutodiffError, ErrorCode, ReportedError};
+use cistern_client::{AutodiffError, BackendError, ErrorCode, ReportedError};
 use cistern_runtime::ServerError;
 
 /// A failed run.
@@ -44,6 +44,15 @@ impl From<AutodiffError> for Failure {
         match error {
             AutodiffError::InvalidArgument(message) => Failure::Usage(message),
             error => Failure::Device(ReportedError::Autodiff(error)),
+        }
+    }
+}
+
+impl From<BackendError> for Failure {
+    fn from(error: BackendError) -> Self {
+        match error {
+            BackendError::InvalidArgument(message) => Failure::Usage(message),
+            error => Failure::Device(ReportedError::Backend(error)),
         }
     }
 }

@@ -2,8 +2,9 @@
 //! dataset (or the user's CSV), trained on a device, kept as safetensors.
 //!
 //! `data` and `csv_file` read the table; `prep` splits and standardises it;
-//! `model` is the MLP on the host and on the device; `trainer` is the step
-//! (behind a trait, so the parameter store's step can replace it); `run`
+//! `model` is the MLP's layout, `store_model` its parameters in a
+//! `DeviceParamStore`; `trainer` is the step (the store's device chain or
+//! tape step); `run`
 //! is the loop, with `output`, `summary` and `plot` showing it;
 //! `model_file` saves and loads; `predict` reads a saved model back.
 
@@ -19,6 +20,7 @@ mod plot;
 mod predict;
 mod prep;
 mod run;
+mod store_model;
 mod summary;
 mod telemetry;
 mod trainer;

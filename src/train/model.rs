@@ -1,9 +1,8 @@
-//! The model: an MLP's layout, its parameters on the host (to initialise,
-//! save and load) and on the device (resident buffers the tape reads).
+//! The model's shape: an MLP's layout and activation, and its seeded
+//! initial parameters (`store_model.rs` holds them on the device).
 
-use cistern_client::{AutodiffError, Buffer, ComputeClient, Tape, Tensor, Var};
 use cistern_memory::SplitMix64;
-use cistern_runtime::{Activation, ServerError};
+use cistern_runtime::Activation;
 use serde::{Deserialize, Serialize};
 
 /// The hidden activation, by its command-line name.
@@ -104,87 +103,5 @@ impl Layout {
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
-    }
-}
-
-/// An MLP whose parameters live in device buffers, one per tensor.
-#[derive(Clone, Debug)]
-pub struct DeviceModel {
-    /// Its shape.
-    pub layout: Layout,
-    /// One buffer per tensor of [`Layout::tensors`], in order.
-    pub parameters: Vec<Buffer>,
-}
-
-impl DeviceModel {
-    /// Uploads `values` (one per tensor of the layout) to `client`'s device.
-    pub fn upload(
-        client: &ComputeClient,
-        layout: Layout,
-        values: &[Vec<f32>],
-    ) -> Result<Self, ServerError> {
-        let parameters = values
-            .iter()
-            .map(|v| client.upload_f32(v))
-            .collect::<Result<_, _>>()?;
-        Ok(DeviceModel { layout, parameters })
-    }
-
-    /// Reads every parameter back, in layout order.
-    pub fn download(&self, client: &ComputeClient) -> Result<Vec<Vec<f32>>, ServerError> {
-        self.parameters
-            .iter()
-            .map(|b| client.download_f32(b))
-            .collect()
-    }
-
-    /// The parameters as resident leaves of `tape`.
-    pub fn leaves<'t>(&self, tape: &'t Tape) -> Result<Vec<Var<'t>>, AutodiffError> {
-        self.parameters
-            .iter()
-            .zip(self.layout.tensors())
-            .map(|(buffer, (_, shape))| tape.var_resident(buffer, &shape))
-            .collect()
-    }
-
-    /// The forward pass over `input` with the parameter leaves `leaves`.
-    pub fn forward<'t>(
-        &self,
-        tape: &'t Tape,
-        leaves: &[Var<'t>],
-        input: Var<'t>,
-    ) -> Result<Var<'t>, AutodiffError> {
-        let layers = leaves.len() / 2;
-        let mut h = input;
-        for (index, pair) in leaves.chunks_exact(2).enumerate() {
-            let activation = if index + 1 < layers {
-                self.layout.activation.kernel()
-            } else {
-                Activation::Identity
-            };
-            h = tape.linear(&h, &pair[0], Some(&pair[1]), activation)?;
-        }
-        Ok(h)
-    }
-
-    /// The model's outputs for row-major `features`, in rows of chunks
-    /// fixed in size so a saved model predicts the very same values.
-    pub fn predict(
-        &self,
-        client: &ComputeClient,
-        features: &[f32],
-    ) -> Result<Vec<f32>, AutodiffError> {
-        const CHUNK_ROWS: usize = 512;
-        let width = self.layout.widths[0];
-        let mut outputs = Vec::with_capacity(features.len() / width.max(1));
-        for chunk in features.chunks(CHUNK_ROWS * width) {
-            let tape = Tape::new(client);
-            let leaves = self.leaves(&tape)?;
-            let input = Tensor::new([chunk.len() / width, width], chunk.to_vec())?;
-            let input = tape.upload(&input)?;
-            let output = self.forward(&tape, &leaves, input)?;
-            outputs.extend(output.to_host()?.into_data());
-        }
-        Ok(outputs)
     }
 }

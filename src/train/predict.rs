@@ -9,8 +9,8 @@ use cistern_runtime::DeviceOptions;
 use super::args::PredictArgs;
 use super::csv_file;
 use super::failure::Failure;
-use super::model::DeviceModel;
 use super::model_file::SavedModel;
+use super::store_model::StoreModel;
 
 /// Runs `cistern predict`; the error is the message to print.
 pub fn run_command(args: &PredictArgs) -> Result<(), String> {
@@ -28,8 +28,8 @@ fn predict(
     features: &[f32],
 ) -> Result<Vec<f32>, Failure> {
     let client = ComputeClient::open(device, DeviceOptions::default())?;
-    let model = DeviceModel::upload(&client, saved.layout.clone(), &saved.parameters)?;
-    let outputs = model.predict(&client, features)?;
+    let model = StoreModel::upload(&client, saved.layout.clone(), &saved.parameters)?;
+    let outputs = model.predict(features)?;
     Ok(outputs
         .iter()
         .map(|&z| saved.standardisation.untarget(z))

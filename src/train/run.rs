@@ -4,21 +4,22 @@
 use std::time::Instant;
 
 use cistern_client::ComputeClient;
-use cistern_runtime::{Device, DeviceOptions};
+use cistern_runtime::{Device, DeviceOptions, FaultPlan};
 use serde_json::json;
 
 use super::args::TrainArgs;
 use super::batches::Batches;
 use super::data::{self, Table};
 use super::failure::Failure;
-use super::model::{DeviceModel, Layout};
+use super::model::Layout;
 use super::model_file::SavedModel;
 use super::output::Output;
 use super::plot::{self, LossPoint};
 use super::prep::{self, Prepared, mse};
+use super::store_model::StoreModel;
 use super::summary::Summary;
 use super::telemetry;
-use super::trainer::{TapeTrainer, Trainer};
+use super::trainer::Trainer;
 
 /// Evaluations of the validation part over a run (the plot's points).
 const EVALUATIONS: u64 = 20;
@@ -50,13 +51,17 @@ fn train(
     device: Device,
 ) -> Result<(), Failure> {
     let started = Instant::now();
-    let client = ComputeClient::open(device, DeviceOptions::default())?;
+    let faults = FaultPlan {
+        trap_launch: args.inject_trap_at_launch,
+        ..FaultPlan::none()
+    };
+    let client = ComputeClient::open(device, DeviceOptions::default().with_faults(faults))?;
     let width = table.width();
     let layout = Layout::new(width, &args.layers, args.activation);
     let initial = layout.initial_parameters(args.seed);
-    let model = DeviceModel::upload(&client, layout.clone(), &initial)?;
+    let model = StoreModel::upload(&client, layout.clone(), &initial)?;
     let config = args.optimizer.config(args.lr());
-    let mut trainer = TapeTrainer::new(&client, model, config)?;
+    let mut trainer = Trainer::new(model, config, args.step_path(), args.amp)?;
     let mut batches = Batches::new(prepared.train.rows(), args.batch, args.seed);
     let steps = args
         .steps
@@ -73,6 +78,7 @@ fn train(
         "optimizer": args.optimizer.name(),
         "lr": args.lr(),
         "steps": steps,
+        "step": trainer.path(),
         "parameters": layout.parameter_count(),
     }));
     let scale = f64::from(prepared.standardisation.target_std).powi(2);
@@ -80,8 +86,9 @@ fn train(
     let (mut points, mut interval_loss, mut interval_steps) = (Vec::new(), 0.0, 0u64);
     let mut step_seconds = 0.0;
     for step in 1..=steps {
-        let (features, targets) = batches.next(&prepared.train, width)?;
+        // Timed like PyTorch's loop: the batch's gather, the step, its loss.
         let begun = Instant::now();
+        let (features, targets) = batches.next(&prepared.train, width)?;
         let loss = f64::from(trainer.step(&features, &targets)?) * scale;
         step_seconds += begun.elapsed().as_secs_f64();
         if !loss.is_finite() {
@@ -95,7 +102,7 @@ fn train(
         let rate = step as f64 / step_seconds.max(1e-9);
         output.step(step, loss, rate);
         if step % every == 0 || step == steps {
-            let validation = evaluate(&client, trainer.model(), prepared, &prepared.validation)?;
+            let validation = evaluate(trainer.model(), prepared, &prepared.validation)?;
             let train = interval_loss / interval_steps as f64;
             output.eval(step, train, validation, rate);
             points.push(LossPoint {
@@ -108,8 +115,8 @@ fn train(
     }
     output.finish();
     let model = trainer.model();
-    let train_mse = evaluate(&client, model, prepared, &prepared.train)?;
-    let val_mse = evaluate(&client, model, prepared, &prepared.validation)?;
+    let train_mse = evaluate(model, prepared, &prepared.train)?;
+    let val_mse = evaluate(model, prepared, &prepared.validation)?;
     let train_mean = prepared
         .train
         .raw_targets
@@ -129,7 +136,7 @@ fn train(
         batch: batches.batch(),
         optimizer: args.optimizer.name(),
         lr: args.lr(),
-        steps: trainer.steps(),
+        steps,
         parameters: layout.parameter_count(),
         train_rows: prepared.train.rows(),
         val_rows: prepared.validation.rows(),
@@ -138,14 +145,15 @@ fn train(
         baseline_mse,
         train_seconds: step_seconds,
         seconds: started.elapsed().as_secs_f64(),
-        steps_per_s: trainer.steps() as f64 / step_seconds.max(1e-9),
+        steps_per_s: steps as f64 / step_seconds.max(1e-9),
         peak_reserved: stats.peak_reserved_bytes,
         peak_in_use: stats.peak_in_use_bytes,
         reclaims: stats.reclaims,
-        step: "tape",
-        amp: false,
+        step: trainer.path(),
+        amp: args.amp,
+        skipped_steps: trainer.skipped(),
     };
-    keep(args, table, prepared, &client, model)?;
+    keep(args, table, prepared, model)?;
     if let Some(path) = &args.plot {
         let title = format!("cistern train: {} ({})", table.name, device);
         plot::draw(path, &title, &points, baseline_mse)?;
@@ -154,19 +162,13 @@ fn train(
         println!("{}", json!(summary));
     } else {
         summary.print();
-        println!("(--amp is not built yet: it needs the parameter store)");
     }
     Ok(())
 }
 
 /// The MSE of the model on `part`, in the target's units.
-fn evaluate(
-    client: &ComputeClient,
-    model: &DeviceModel,
-    prepared: &Prepared,
-    part: &prep::Part,
-) -> Result<f64, Failure> {
-    let outputs = model.predict(client, &part.features)?;
+fn evaluate(model: &StoreModel, prepared: &Prepared, part: &prep::Part) -> Result<f64, Failure> {
+    let outputs = model.predict(&part.features)?;
     let predictions: Vec<f32> = outputs
         .iter()
         .map(|&z| prepared.standardisation.untarget(z))
@@ -179,13 +181,12 @@ fn keep(
     args: &TrainArgs,
     table: &Table,
     prepared: &Prepared,
-    client: &ComputeClient,
-    model: &DeviceModel,
+    model: &StoreModel,
 ) -> Result<(), Failure> {
     if let Some(path) = &args.save {
         let saved = SavedModel {
             layout: model.layout.clone(),
-            parameters: model.download(client)?,
+            parameters: model.parameters()?,
             standardisation: prepared.standardisation.clone(),
             columns: table.columns.clone(),
             target: table.target.clone(),
@@ -195,7 +196,7 @@ fn keep(
     if let Some(path) = &args.predictions {
         let mut features = table.features.clone();
         prepared.standardisation.features(&mut features);
-        let outputs = model.predict(client, &features)?;
+        let outputs = model.predict(&features)?;
         let predictions: Vec<f32> = outputs
             .iter()
             .map(|&z| prepared.standardisation.untarget(z))

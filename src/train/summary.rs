@@ -47,10 +47,13 @@ pub struct Summary {
     pub peak_in_use: u64,
     /// Reclaims the device's memory manager ran.
     pub reclaims: u64,
-    /// How a step runs (`tape`: tape + fused optimizer kernel per tensor).
+    /// How a step ran: `device-chain` (the store's replayed chain step),
+    /// `tape` or `tape-amp` (a tape forward, the store's backward and step).
     pub step: &'static str,
-    /// Mixed precision (not built yet: always false).
+    /// Mixed precision.
     pub amp: bool,
+    /// AMP steps skipped for non-finite gradients (counted in `steps`).
+    pub skipped_steps: u64,
 }
 
 impl Summary {
@@ -74,7 +77,17 @@ impl Summary {
             ),
             (
                 "optimizer",
-                format!("{} lr {} batch {}", self.optimizer, self.lr, self.batch),
+                format!(
+                    "{} lr {} batch {}, {} step{}",
+                    self.optimizer,
+                    self.lr,
+                    self.batch,
+                    self.step,
+                    match self.amp {
+                        true => format!(" ({} skipped)", self.skipped_steps),
+                        false => String::new(),
+                    }
+                ),
             ),
             (
                 "steps",
