@@ -92,3 +92,39 @@ fn launches_sent_far_ahead_of_the_server_all_run_before_the_next_sync() {
     assert_eq!(stats.launches, launches);
     assert_eq!(stats.empty_kernel_runs, launches);
 }
+
+#[test]
+fn the_launch_log_holds_each_queued_launch_in_order_with_replayed_graphs_and_nothing_when_off() {
+    let client = open();
+    let stream = client.default_stream();
+    let buffer = ok(client.reserve(4096));
+    let fill = |value| KernelLaunch::fill(buffer.whole(), value);
+    ok(client.launch(stream, fill(1.0)));
+    assert!(
+        ok(client.take_launch_log(true)).is_empty(),
+        "off until started"
+    );
+    ok(client.launch(stream, fill(2.0)));
+    ok(client
+        .launch_batch(stream, vec![fill(3.0), fill(4.0)])
+        .map(|_| ()));
+    let (token, guard) = ok(client.begin_capture(stream));
+    ok(token.launch_batch(vec![fill(5.0)]));
+    let graph = ok(client.end_capture(guard));
+    ok(client.replay(stream, &graph));
+    // Refused launches are not queued, so not logged.
+    let stale = KernelLaunch::fill(buffer.range(4000, 4096), 9.0);
+    let _ = client.launch(stream, stale);
+    let _ = client.sync(stream);
+    let logged = ok(client.take_launch_log(false));
+    assert_eq!(logged, vec![fill(2.0), fill(3.0), fill(4.0), fill(5.0)]);
+    ok(client.launch(stream, fill(6.0)));
+    assert!(ok(client.take_launch_log(false)).is_empty(), "stopped");
+    // The log replays: its launches run again, in order.
+    ok(client.launch_batch(stream, logged).map(|_| ()));
+    let bytes = ok(client.read(&buffer, 0, 4));
+    assert_eq!(
+        f32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]),
+        5.0
+    );
+}

@@ -291,6 +291,16 @@ pub enum Command {
         /// aborts the plan: every slice stays where it was.
         reply: Reply<CompactionReport>,
     },
+    /// Starts, continues or stops the launch log: every launch the server
+    /// queues from now on (sent alone, in a batch, or replayed in a graph)
+    /// in order, as sent. A benchmark replays it to time the kernels alone.
+    TakeLaunchLog {
+        /// Whether to keep logging after this command.
+        keep_logging: bool,
+        /// The launches queued since the log last started or was taken
+        /// (empty when it was off); answered at once.
+        reply: Reply<Vec<KernelLaunch>>,
+    },
     /// What the server has done.
     ServerStats {
         /// Answered at once; the device's counters are read then, so
@@ -404,6 +414,7 @@ impl Command {
             Command::Reclaim { .. } => "reclaim",
             Command::Compact { .. } => "compact",
             Command::ServerStats { .. } => "server_stats",
+            Command::TakeLaunchLog { .. } => "take_launch_log",
             Command::Invalidate { .. } => "invalidate",
             Command::ContextState { .. } => "context_state",
             Command::Shutdown { .. } => "shutdown",

@@ -328,6 +328,17 @@ impl ComputeClient {
             .call(|reply| Command::ServerStats { reply })
     }
 
+    /// The launch log: what the server queued since it last started (sent
+    /// alone, batched, or replayed in a graph), in order, as sent;
+    /// `keep_logging` starts or keeps it, `false` stops it. Empty when it
+    /// was off. For benchmarks that replay a step's kernels alone.
+    pub fn take_launch_log(&self, keep_logging: bool) -> Result<Vec<KernelLaunch>, ServerError> {
+        self.shared.server.call(|reply| Command::TakeLaunchLog {
+            keep_logging,
+            reply,
+        })
+    }
+
     /// Reads and syncs this client and its clones have sent since it opened:
     /// the calls that wait for a stream to reach them (host
     /// synchronisations). Counted here, on the client side; the server

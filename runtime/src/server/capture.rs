@@ -58,7 +58,7 @@ impl<B: Backend> ServerCore<B> {
         for (id, access) in uses {
             self.hold(id, access);
         }
-        self.graphs.record(resolved);
+        self.graphs.record(resolved, launches);
         Ok(())
     }
 
@@ -123,7 +123,12 @@ impl<B: Backend> ServerCore<B> {
             .and_then(|()| {
                 self.graphs
                     .get(graph.id)
-                    .map(|found| (found.launches.clone(), found.allocations.clone()))
+                    .map(|found| {
+                        if let Some(log) = &mut self.launch_log {
+                            log.extend_from_slice(&found.sources);
+                        }
+                        (found.launches.clone(), found.allocations.clone())
+                    })
                     .ok_or_else(|| ServerError::InvalidArgument {
                         message: format!("graph {} was released", graph.id),
                     })

@@ -167,6 +167,9 @@ impl<B: Backend> ServerCore<B> {
         let bindings = self
             .gate(stream)
             .and_then(|()| self.resolve_bindings(&launch));
+        if let (Ok(_), Some(log)) = (&bindings, &mut self.launch_log) {
+            log.push(launch.clone());
+        }
         let KernelLaunch {
             kernel,
             bindings: bound,
@@ -201,6 +204,9 @@ impl<B: Backend> ServerCore<B> {
                 .map(|launch| self.resolve_launch(launch, &mut uses))
                 .collect::<Result<Vec<_>, _>>()
         });
+        if let (Ok(_), Some(log)) = (&resolved, &mut self.launch_log) {
+            log.extend_from_slice(launches);
+        }
         let mut work = match resolved {
             Ok(launches) => StreamWork::Batch {
                 launches: launches.into(),

@@ -19,7 +19,7 @@ use crate::backend::{Backend, Completion};
 use crate::command::{BufferRef, Command, Region, ServerId, ServerStats};
 use crate::fault::FaultInjector;
 use crate::sync::{Receiver, Reply};
-use crate::{DEFAULT_STREAM, FaultPlan, ServerError};
+use crate::{DEFAULT_STREAM, FaultPlan, KernelLaunch, ServerError};
 
 /// Whether the server keeps serving after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,9 @@ pub struct ServerCore<B: Backend> {
     pub(super) recovery: Recovery,
     pub(super) graphs: Graphs,
     flushing: FlushCadence,
+    /// The launches queued while the launch log is on (`None`: off, the
+    /// hot path's one branch).
+    pub(super) launch_log: Option<Vec<KernelLaunch>>,
 }
 
 /// Commands handled since the backend was last flushed: the core flushes
@@ -100,6 +103,7 @@ impl<B: Backend> ServerCore<B> {
             recovery: Recovery::default(),
             graphs: Graphs::default(),
             flushing: FlushCadence::default(),
+            launch_log: None,
         })
     }
 
@@ -257,6 +261,14 @@ impl<B: Backend> ServerCore<B> {
             Command::Reclaim { reply } => answer(reply, self.reclaim()),
             Command::Compact { reply } => answer(reply, self.compact()),
             Command::ServerStats { reply } => answer(reply, Ok(self.stats())),
+            Command::TakeLaunchLog {
+                keep_logging,
+                reply,
+            } => {
+                let logged = self.launch_log.take().unwrap_or_default();
+                self.launch_log = keep_logging.then(Vec::new);
+                answer(reply, Ok(logged));
+            }
             Command::Invalidate {
                 seen_generation,
                 reply,

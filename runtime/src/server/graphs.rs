@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use cistern_memory::{AllocationId, StreamId};
 
-use crate::Access;
 use crate::backend::{Launches, ResolvedLaunch};
 use crate::graph::CaptureId;
+use crate::{Access, KernelLaunch};
 use cistern_memory::{IdHasher, IdMap};
 
 /// The capture in progress: launches recorded, allocations held so far.
@@ -25,6 +25,8 @@ pub(crate) struct Recording {
     pub(crate) id: CaptureId,
     pub(crate) stream: StreamId,
     pub(crate) launches: Vec<ResolvedLaunch>,
+    /// The launches as sent, for the launch log.
+    sources: Vec<KernelLaunch>,
     /// Each allocation held, and how the recorded launches use it (a write
     /// among them makes it written).
     allocations: HashMap<AllocationId, Access, BuildHasherDefault<IdHasher>>,
@@ -39,6 +41,8 @@ pub(crate) struct Graph {
     /// Shared, so a replay names them without copying the list; with how
     /// the graph uses each, for the cross-stream ordering of its replays.
     pub(crate) allocations: Arc<[(AllocationId, Access)]>,
+    /// The launches as sent, for the launch log.
+    pub(crate) sources: Arc<[KernelLaunch]>,
 }
 
 #[derive(Debug, Default)]
@@ -109,6 +113,7 @@ impl Graphs {
             id,
             stream,
             launches: Vec::new(),
+            sources: Vec::new(),
             allocations: HashMap::default(),
         });
         id
@@ -122,10 +127,11 @@ impl Graphs {
             .map(|recording| recording.stream)
     }
 
-    /// Records launches in the capture in progress.
-    pub(crate) fn record(&mut self, launches: Vec<ResolvedLaunch>) {
+    /// Records launches (resolved, and as sent) in the capture in progress.
+    pub(crate) fn record(&mut self, launches: Vec<ResolvedLaunch>, sources: &[KernelLaunch]) {
         if let Some(recording) = &mut self.recording {
             recording.launches.extend(launches);
+            recording.sources.extend_from_slice(sources);
         }
     }
 
@@ -167,6 +173,7 @@ impl Graphs {
         let graph = Graph {
             launches: recording.launches.into(),
             allocations: recording.allocations.into_iter().collect(),
+            sources: recording.sources.into(),
         };
         (id, self.graphs.entry(id).or_insert(graph))
     }
