@@ -276,3 +276,32 @@ fn zero_steps_an_empty_split_and_bad_arguments_are_clear_errors() {
     );
     fails_with(&cistern(&["train", "--layers", "8,x"]), "invalid");
 }
+
+#[test]
+fn training_beats_the_baseline_on_every_device_present() {
+    let devices: Vec<String> = cistern::runtime::list_devices()
+        .into_iter()
+        .map(|info| info.device.to_string())
+        .collect();
+    if std::env::var_os("CISTERN_REQUIRE_WGPU").is_some_and(|v| v == "1") {
+        assert!(
+            devices.iter().any(|d| d.starts_with("wgpu")),
+            "CISTERN_REQUIRE_WGPU=1 but no wgpu device in {devices:?}"
+        );
+    }
+    for device in &devices {
+        let chain = summary_of(&["--steps", "100", "--device", device]);
+        assert_eq!(chain["device"], device.as_str());
+        beats_the_baseline(&chain);
+        let amp = summary_of(&[
+            "--steps",
+            "60",
+            "--device",
+            device,
+            "--optimizer",
+            "adam",
+            "--amp",
+        ]);
+        beats_the_baseline(&amp);
+    }
+}
