@@ -16,6 +16,7 @@ mod conformance {
     pub mod optim_reference;
     pub mod ordering;
     pub mod recovery;
+    pub mod store;
     pub mod streams;
     pub mod strided;
     pub mod transfers;
@@ -38,6 +39,11 @@ macro_rules! conformance_tests {
 }
 
 conformance_tests! {
+    store::every_optimizer_family_through_the_store_matches_the_reference,
+    store::the_device_chain_step_matches_the_tape_and_step,
+    store::the_device_chain_prediction_matches_the_tape_forward,
+    store::a_trapped_step_latches_the_store_and_nothing_of_it_is_readable,
+    store::the_tapes_gradients_match_the_cpus,
     ordering::two_streams_hammering_one_buffer_see_each_others_writes_in_order,
     ordering::an_upload_on_the_default_stream_is_used_at_once_by_another_stream,
     ordering::reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other,

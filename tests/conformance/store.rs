@@ -1,0 +1,343 @@
+//! The tape's and `DeviceParamStore`'s contracts on every device: each
+//! optimizer family through the store against the f64 reference fed the
+//! same staged gradients, the device chain's train step against the tape
+//! and `step`, the chain's prediction against the tape's forward, and a
+//! trapped kernel latching the store so that nothing of it is readable, and
+//! the tape's gradients against the CPU's.
+
+use cistern::client::{
+    BackendError, ComputeClient, DeviceParamStore, Gradients, ResidentLeaf, Tape, Tensor, Var,
+};
+use cistern::kernels::Segment;
+use cistern::memory::SplitMix64;
+use cistern::optim::reference::{self, ReferenceState};
+use cistern::optim::{
+    AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
+};
+use cistern::runtime::{Activation, Device, DeviceOptions, FaultPlan};
+
+use super::common::{open, open_with};
+use super::optim_reference::{PARAM_FLOOR, cancelling_tolerance, max_relative_error};
+
+fn fine<T, E: std::fmt::Display>(result: Result<T, E>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("{what} failed: {error}"),
+    }
+}
+
+/// `tanh(x·W1ᵀ + b1)·W2ᵀ + b2` on a small regression problem.
+struct Model {
+    x: Tensor<f32>,
+    y: Tensor<f32>,
+    /// W1 (6×4), b1 (6), W2 (3×6), b2 (3).
+    params: Vec<Tensor<f32>>,
+}
+
+fn random(rng: &mut SplitMix64, shape: &[usize]) -> Tensor<f32> {
+    let count = shape.iter().product();
+    let data = (0..count)
+        .map(|_| {
+            let magnitude = rng.uniform(0.05, 1.0) as f32;
+            if rng.chance(0.5) {
+                magnitude
+            } else {
+                -magnitude
+            }
+        })
+        .collect();
+    fine(Tensor::new(shape.to_vec(), data), "a tensor")
+}
+
+fn model(seed: u64) -> Model {
+    let mut rng = SplitMix64::new(seed);
+    Model {
+        x: random(&mut rng, &[8, 4]),
+        y: random(&mut rng, &[8, 3]),
+        params: vec![
+            random(&mut rng, &[6, 4]),
+            random(&mut rng, &[6]),
+            random(&mut rng, &[3, 6]),
+            random(&mut rng, &[3]),
+        ],
+    }
+}
+
+fn store(client: &ComputeClient, model: &Model) -> DeviceParamStore {
+    let params: Vec<&Tensor<f32>> = model.params.iter().collect();
+    fine(
+        DeviceParamStore::new(&Tape::new(client), &params),
+        "the store",
+    )
+}
+
+/// The model's MSE on `tape` over the store's `leaves`.
+fn loss<'t>(
+    store: &DeviceParamStore,
+    tape: &'t Tape,
+    leaves: &[ResidentLeaf<'t>],
+    model: &Model,
+) -> Var<'t> {
+    let x = fine(tape.upload(&model.x), "upload x");
+    let y = fine(tape.upload(&model.y), "upload y");
+    let tanh = Activation::Tanh;
+    let h = store.linear_forward_with_activation(tape, &x, &leaves[0], Some(&leaves[1]), tanh);
+    let pred = store.linear_forward(tape, &fine(h, "layer 1"), &leaves[2], Some(&leaves[3]));
+    fine(tape.mse_loss(&fine(pred, "layer 2"), &y), "mse")
+}
+
+fn step_with(
+    store: &mut DeviceParamStore,
+    gradients: &Gradients<'_>,
+    config: &OptimizerConfig,
+) -> Result<(), BackendError> {
+    match config {
+        OptimizerConfig::Sgd(c) => store.step(gradients, c),
+        OptimizerConfig::Adam(c) => store.step_adam(gradients, c),
+        OptimizerConfig::AdamW(c) => store.step_adamw(gradients, c),
+        OptimizerConfig::RmsProp(c) => store.step_rmsprop(gradients, c),
+        OptimizerConfig::Adagrad(c) => store.step_adagrad(gradients, c),
+        OptimizerConfig::Lamb(c) => store.step_lamb(gradients, c),
+    }
+}
+
+fn flat(tensors: &[Tensor<f32>]) -> Vec<f32> {
+    tensors.iter().flat_map(|t| t.data().to_vec()).collect()
+}
+
+fn wide(values: &[f32]) -> Vec<f64> {
+    values.iter().map(|&v| f64::from(v)).collect()
+}
+
+fn segments(params: &[Tensor<f32>]) -> Vec<Segment> {
+    let mut offset = 0;
+    params
+        .iter()
+        .map(|tensor| {
+            offset += tensor.len();
+            Segment::new(offset - tensor.len(), tensor.len())
+        })
+        .collect()
+}
+
+/// Ten steps of every family through the store on `device`, each checked
+/// against the f64 reference fed the gradients the store staged.
+pub fn every_optimizer_family_through_the_store_matches_the_reference(device: Device) {
+    let lr = 1e-3;
+    let configs = [
+        OptimizerConfig::Sgd(SgdConfig {
+            lr,
+            momentum: 0.9,
+            nesterov: true,
+            weight_decay: 0.01,
+            ..Default::default()
+        }),
+        OptimizerConfig::Adam(AdamConfig {
+            lr,
+            ..Default::default()
+        }),
+        OptimizerConfig::AdamW(AdamWConfig {
+            lr,
+            ..Default::default()
+        }),
+        OptimizerConfig::RmsProp(RmsPropConfig {
+            lr,
+            momentum: 0.5,
+            ..Default::default()
+        }),
+        OptimizerConfig::Adagrad(AdagradConfig {
+            lr,
+            ..Default::default()
+        }),
+        OptimizerConfig::Lamb(LambConfig {
+            lr,
+            ..Default::default()
+        }),
+    ];
+    let client = open(device);
+    let model = model(0x5701);
+    let segments = segments(&model.params);
+    for config in configs {
+        let mut store = store(&client, &model);
+        let mut want = ReferenceState::new(&config, wide(&flat(&model.params)));
+        for step in 1..=10 {
+            let tape = Tape::new(&client);
+            let leaves = fine(store.register_resident_params(&tape), "register");
+            let value = loss(&store, &tape, &leaves, &model);
+            let gradients = fine(store.backward(&tape, &value), "backward");
+            let staged = fine(store.resident_grads_to_host(), "staged gradients");
+            let staged: Vec<Tensor<f32>> = staged.into_iter().flatten().collect();
+            assert_eq!(staged.len(), 4, "{device}: every slot is staged");
+            fine(step_with(&mut store, &gradients, &config), "step");
+            let grads = wide(&flat(&staged));
+            fine(
+                reference::step(&config, step, &segments, &grads, &mut want),
+                "reference",
+            );
+            let got = flat(&fine(store.sync_to_host(), "sync_to_host"));
+            let error = max_relative_error(&got, &want.params, PARAM_FLOOR);
+            assert!(
+                error <= cancelling_tolerance(device),
+                "{device}, step {step} of {config:?}: {error:e}"
+            );
+        }
+        assert_eq!(store.steps(), 10, "{device}: {config:?}");
+    }
+}
+
+/// The chain's layers over a store's `leaves`: tanh, then identity.
+fn chain<'t>(leaves: &[ResidentLeaf<'t>]) -> Vec<cistern::client::ChainLayer<'t>> {
+    vec![
+        (leaves[0].clone(), Some(leaves[1].clone()), Activation::Tanh),
+        (
+            leaves[2].clone(),
+            Some(leaves[3].clone()),
+            Activation::Identity,
+        ),
+    ]
+}
+
+/// Five SGD steps through `train_step_device_chain` (the later ones
+/// replayed) give the losses and parameters of the tape and `step` on the
+/// same device.
+pub fn the_device_chain_step_matches_the_tape_and_step(device: Device) {
+    let client = open(device);
+    let model = model(0x5702);
+    let (mut chained, mut taped) = (store(&client, &model), store(&client, &model));
+    let config = SgdConfig {
+        lr: 0.05,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let tolerance = cancelling_tolerance(device);
+    for step in 1..=5 {
+        let tape = Tape::new(&client);
+        let leaves = fine(chained.snapshot_resident_params(&tape), "snapshot");
+        let sent = chained.train_step_device_chain(&chain(&leaves), &model.x, &model.y, &config);
+        let chain_loss = fine(
+            chained.read_train_step_loss(&fine(sent, "chain step")),
+            "loss",
+        );
+        let tape = Tape::new(&client);
+        let leaves = fine(taped.register_resident_params(&tape), "register");
+        let value = loss(&taped, &tape, &leaves, &model);
+        let gradients = fine(taped.backward(&tape, &value), "backward");
+        fine(taped.step(&gradients, &config), "step");
+        let tape_loss = fine(value.item(), "tape loss");
+        let error = max_relative_error(&[chain_loss], &[f64::from(tape_loss)], PARAM_FLOOR);
+        assert!(
+            error <= tolerance,
+            "{device}, step {step}: loss {chain_loss} vs {tape_loss}"
+        );
+        let got = flat(&fine(chained.sync_to_host(), "chain params"));
+        let want = wide(&flat(&fine(taped.sync_to_host(), "tape params")));
+        let error = max_relative_error(&got, &want, PARAM_FLOOR);
+        assert!(
+            error <= tolerance,
+            "{device}, step {step}: params {error:e}"
+        );
+    }
+}
+
+/// `predict_device_chain` gives the tape's forward over the same leaves.
+pub fn the_device_chain_prediction_matches_the_tape_forward(device: Device) {
+    let client = open(device);
+    let model = model(0x5703);
+    let store = store(&client, &model);
+    let tape = Tape::new(&client);
+    let leaves = fine(store.snapshot_resident_params(&tape), "snapshot");
+    let predicted = fine(
+        store.predict_device_chain(&chain(&leaves), &model.x),
+        "predict",
+    );
+    let x = fine(tape.upload(&model.x), "upload x");
+    let tanh = Activation::Tanh;
+    let h = store.linear_forward_with_activation(&tape, &x, &leaves[0], Some(&leaves[1]), tanh);
+    let out = store.linear_forward(&tape, &fine(h, "layer 1"), &leaves[2], Some(&leaves[3]));
+    let want = fine(fine(out, "layer 2").to_host(), "forward");
+    assert_eq!(predicted.shape(), want.shape(), "{device}");
+    let error = max_relative_error(predicted.data(), &wide(want.data()), PARAM_FLOOR);
+    assert!(error <= cancelling_tolerance(device), "{device}: {error:e}");
+}
+
+/// One SGD step of `store`; the launches it queued, from the launch log.
+fn one_step(client: &ComputeClient, store: &mut DeviceParamStore, model: &Model) -> Vec<String> {
+    fine(client.take_launch_log(true), "launch log on");
+    let tape = Tape::new(client);
+    let leaves = fine(store.register_resident_params(&tape), "register");
+    let value = loss(store, &tape, &leaves, model);
+    let gradients = fine(store.backward(&tape, &value), "backward");
+    fine(store.step(&gradients, &SgdConfig::default()), "step");
+    let log = fine(client.take_launch_log(false), "launch log");
+    log.iter()
+        .map(|launch| launch.kernel.name().to_string())
+        .collect()
+}
+
+/// The step's own kernel traps (the last launch of a step, counted on a
+/// clean client first): the store latches, every later call refuses, and
+/// no parameter byte is readable again.
+pub fn a_trapped_step_latches_the_store_and_nothing_of_it_is_readable(device: Device) {
+    let model = model(0x5704);
+    let clean = open(device);
+    let launches = one_step(&clean, &mut store(&clean, &model), &model);
+    assert_eq!(
+        launches.last().map(String::as_str),
+        Some("optimizer_step"),
+        "{launches:?}"
+    );
+    let faults = FaultPlan {
+        trap_launch: Some(launches.len() as u64),
+        ..FaultPlan::none()
+    };
+    let client = open_with(
+        device,
+        DeviceOptions::with_memory_limit(64 << 20).with_faults(faults),
+    );
+    let mut store = store(&client, &model);
+    one_step(&client, &mut store, &model);
+    assert!(
+        store.wait_device().is_err(),
+        "{device}: the trap reaches the store"
+    );
+    assert!(store.is_poisoned(), "{device}: the store latched");
+    assert!(
+        matches!(store.sync_to_host(), Err(BackendError::StorePoisoned)),
+        "{device}: a latched store's bytes are never read"
+    );
+    let tape = Tape::new(&client);
+    assert!(
+        matches!(
+            store.register_resident_params(&tape),
+            Err(BackendError::StorePoisoned)
+        ),
+        "{device}: nor is it registered again"
+    );
+}
+
+/// The store's staged gradients of one backward on `device`.
+fn staged_gradients(device: Device, model: &Model) -> Vec<f32> {
+    let client = open(device);
+    let mut store = store(&client, model);
+    let tape = Tape::new(&client);
+    let leaves = fine(store.register_resident_params(&tape), "register");
+    let value = loss(&store, &tape, &leaves, model);
+    fine(store.backward(&tape, &value), "backward");
+    let staged = fine(store.resident_grads_to_host(), "staged gradients");
+    flat(&staged.into_iter().flatten().collect::<Vec<_>>())
+}
+
+/// The tape's backward through the store's layers gives the CPU's
+/// gradients on every device.
+pub fn the_tapes_gradients_match_the_cpus(device: Device) {
+    let model = model(0x5705);
+    let got = staged_gradients(device, &model);
+    let want = staged_gradients(Device::Cpu(0), &model);
+    assert_eq!(
+        got.len(),
+        6 * 4 + 6 + 3 * 6 + 3,
+        "{device}: every slot's gradient"
+    );
+    let error = max_relative_error(&got, &wide(&want), PARAM_FLOOR);
+    assert!(error <= cancelling_tolerance(device), "{device}: {error:e}");
+}
