@@ -10,6 +10,7 @@ mod conformance {
     pub mod faults;
     pub mod kernels;
     pub mod kernels_bindings;
+    pub mod large;
     pub mod memory;
     pub mod optim;
     pub mod optim_amp;
@@ -39,6 +40,7 @@ macro_rules! conformance_tests {
 }
 
 conformance_tests! {
+    large::kernels_over_more_than_the_largest_storage_binding_cover_every_element,
     store::every_optimizer_family_through_the_store_matches_the_reference,
     store::the_device_chain_step_matches_the_tape_and_step,
     store::the_device_chain_prediction_matches_the_tape_forward,
