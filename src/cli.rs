@@ -61,6 +61,9 @@ pub enum BenchCommand {
         /// `DeviceParamStore` (200 slots) beside the raw command.
         #[arg(long, default_value = "server", value_parser = ["server", "store"])]
         through: String,
+        /// The device (with `--through server`): `cpu:0`, `wgpu:N`, `cuda:N`.
+        #[arg(long, default_value = "cpu:0")]
+        device: String,
     },
     /// GEMM through the server against the GEMM crate called directly.
     Gemm,
@@ -97,9 +100,11 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             optimizer,
             params,
             through,
+            device,
         } => match through.as_str() {
             "store" => crate::bench::optim_store::run(&optimizer, params),
-            _ => crate::bench::optim::run(&optimizer, params),
+            _ => crate::devices::choose(&device)
+                .and_then(|device| crate::bench::optim::run(&optimizer, params, device)),
         },
         BenchCommand::Gemm => crate::bench::gemm::run(),
         BenchCommand::Tape => crate::bench::tape::run(),

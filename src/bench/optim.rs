@@ -2,7 +2,11 @@
 //! through the server, against an in-place axpy through the same server
 //! over the same number of elements, measured in the same run.
 //!
-//! Both run on `cpu:0` over random non-zero data, and the axpy runs over
+//! A second reference, on every device: a copy of the parameter buffer
+//! into another (8 bytes per element: read plus write; on wgpu a
+//! `copy_buffer_to_buffer`), in the same rotation.
+//!
+//! Both run on `--device` (`cpu:0` by default) over random non-zero data, and the axpy runs over
 //! the step's own parameter and gradient buffers (`params += ±1e-3·grads`,
 //! the sign alternating so parameters stay bounded): on this VM a buffer's
 //! bandwidth depends on which physical memory it got, so the reference
@@ -49,7 +53,7 @@ pub fn config_named(name: &str) -> Result<OptimizerConfig, String> {
 }
 
 /// Runs the benchmark and prints its JSON line.
-pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
+pub fn run(optimizer: &str, params: u64, device: Device) -> Result<(), String> {
     let config = config_named(optimizer)?;
     if params == 0 {
         return Err("--params must be at least 1".into());
@@ -58,9 +62,10 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
     let state_buffers = config.state_layout().len() as u64;
     let buffer_bytes = params * 4;
     // Parameters, gradients and state, with room for the pools' rounding.
-    let limit = buffer_bytes * (2 + state_buffers) + (buffer_bytes / 4).max(64 << 20);
-    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(limit))
-        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    // Parameters, gradients, state and the copy's target, with room for the pools' rounding.
+    let limit = buffer_bytes * (3 + state_buffers) + (buffer_bytes / 4).max(64 << 20);
+    let client = ComputeClient::open(device, DeviceOptions::with_memory_limit(limit))
+        .map_err(|e| format!("cannot open {device}: {e}"))?;
     let stream = client.default_stream();
     let mut rng = SplitMix64::new(0x5EED);
     let upload = |rng: &mut SplitMix64, scale: f32| -> Result<Buffer, String> {
@@ -108,6 +113,18 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
         Ok(start.elapsed().as_secs_f64())
     };
 
+    let spare = client
+        .reserve(buffer_bytes)
+        .map_err(|e| format!("reserve: {e}"))?;
+    let copy = || -> Result<f64, String> {
+        let start = Instant::now();
+        client
+            .copy(stream, (&weights, 0), (&spare, 0), buffer_bytes)
+            .and_then(|()| client.sync(stream))
+            .map_err(|e| format!("copy: {e}"))?;
+        Ok(start.elapsed().as_secs_f64())
+    };
+
     // Diagnostic: the same kernel called on host buffers, without the server.
     let mut host_params = rng.non_zero_f32s(numel, 1.0);
     let host_grads = rng.non_zero_f32s(numel, 0.01);
@@ -132,27 +149,31 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
         Ok(start.elapsed().as_secs_f64())
     };
 
-    for _ in 0..WARMUP {
-        step()?;
-        axpy()?;
-        direct()?;
+    let on_cpu = matches!(device, Device::Cpu(_));
+    let mut samples: [Vec<f64>; 4] = Default::default();
+    for round in 0..WARMUP + SAMPLES {
+        let taken = [
+            step()?,
+            axpy()?,
+            copy()?,
+            if on_cpu { direct()? } else { f64::NAN },
+        ];
+        if round >= WARMUP {
+            for (list, seconds) in samples.iter_mut().zip(taken) {
+                list.push(seconds);
+            }
+        }
     }
-    let mut step_samples = Vec::with_capacity(SAMPLES);
-    let mut axpy_samples = Vec::with_capacity(SAMPLES);
-    let mut direct_samples = Vec::with_capacity(SAMPLES);
-    for _ in 0..SAMPLES {
-        step_samples.push(step()?);
-        axpy_samples.push(axpy()?);
-        direct_samples.push(direct()?);
-    }
-    let step_seconds = median(&mut step_samples);
-    let axpy_seconds = median(&mut axpy_samples);
-    let direct_seconds = median(&mut direct_samples);
+    let [step_seconds, axpy_seconds, copy_seconds, direct_seconds] =
+        samples.map(|mut s| median(&mut s));
+    let copy_gb_per_s = (8 * params) as f64 / copy_seconds / 1e9;
+    let direct = |value: f64| on_cpu.then(|| round(value));
     let bytes_per_param = 12 + 8 * state_buffers;
     let gb_per_s = (bytes_per_param * params) as f64 / step_seconds / 1e9;
     let axpy_gb_per_s = (12 * params) as f64 / axpy_seconds / 1e9;
     print_line(serde_json::json!({
         "bench": "optim",
+        "device": device.to_string(),
         "optimizer": optimizer,
         "params": params,
         "ms_per_step": round(step_seconds * 1e3),
@@ -160,8 +181,11 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
         "gb_per_s": round(gb_per_s),
         "axpy_gb_per_s": round(axpy_gb_per_s),
         "vs_axpy": round(gb_per_s / axpy_gb_per_s),
-        "direct_ms_per_step": round(direct_seconds * 1e3),
-        "vs_direct": round(direct_seconds / step_seconds),
+        "copy_gb_per_s": round(copy_gb_per_s),
+        "vs_copy": round(gb_per_s / copy_gb_per_s),
+        "steps": step_count,
+        "direct_ms_per_step": direct(direct_seconds * 1e3),
+        "vs_direct": direct(direct_seconds / step_seconds),
     }));
     Ok(())
 }
