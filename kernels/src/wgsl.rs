@@ -13,7 +13,11 @@ pub const ACTIVATION: &str = include_str!("wgsl/activation.wgsl");
 pub const GEMM: &str = include_str!("wgsl/gemm.wgsl");
 /// `column_sum`, `segment_sum` (sums and sums of squares), `mse_loss`.
 pub const REDUCE: &str = include_str!("wgsl/reduce.wgsl");
-/// `sgd`, `adam` (and AdamW), `rmsprop`, `adagrad`.
+/// `sgd`, `adam` (and AdamW), `rmsprop`, `adagrad`, each also as the rest of
+/// a counted step (after [`AMP`]'s `step_count`), and LAMB's passes.
 pub const OPTIMIZER: &str = include_str!("wgsl/optimizer.wgsl");
+/// AMP on device words: `amp_unscale_by_device_scale`, `amp_update_scale`
+/// and `step_count` (the first dispatch of a counted optimizer step).
+pub const AMP: &str = include_str!("wgsl/amp.wgsl");
 /// `strided_copy` of 32-bit words.
 pub const STRIDED: &str = include_str!("wgsl/strided.wgsl");

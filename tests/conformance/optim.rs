@@ -167,7 +167,7 @@ fn every_option() -> Vec<OptimizerConfig> {
 }
 
 /// One config per family, each with its state-heaviest options.
-fn every_family() -> Vec<OptimizerConfig> {
+pub fn every_family() -> Vec<OptimizerConfig> {
     vec![
         OptimizerConfig::Sgd(SgdConfig {
             momentum: 0.9,

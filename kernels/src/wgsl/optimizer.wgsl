@@ -2,14 +2,25 @@
 // CPU versions (the per-step constants come from the host, in f[..]).
 // Bindings: 1 params, 2 grads, 3 the found-inf flag (a zero placeholder
 // without AMP), 4-6 the state. A set flag makes the step change nothing.
-// op(): bit flags per family.
+// op(): bit flags per family, and COUNTED for a counted step: binding 3 is
+// then the constants `step_count` wrote (in amp.wgsl), [0] the skip and
+// [1..] the per-step constants, read in place of the host's.
+
+const COUNTED: u32 = 256u;
 
 fn skipped() -> bool {
     return b3[base(3u)] != 0.0;
 }
 
+// The per-step constant `k` of a counted step, else the host's `uniform`.
+fn per_step(k: u32, uniform: f32) -> f32 {
+    if ((op() & COUNTED) != 0u) { return b3[base(3u) + k]; }
+    return uniform;
+}
+
 // f: sign, weight_decay, lr, momentum, 1 − dampening.
-// op: 1 decayed, 2 momentum buffer, 4 first step, 8 nesterov.
+// op: 1 decayed, 2 momentum buffer, 4 first step, 8 nesterov (counted: constant 1
+// is the first step).
 @compute @workgroup_size(256)
 fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
        @builtin(num_workgroups) groups: vec3<u32>) {
@@ -26,7 +37,8 @@ fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let bat = base(4u) + i;
     var b = d;
-    if ((flags & 4u) == 0u) { b = pf(3u) * b4[bat] + pf(4u) * d; }
+    let first = per_step(1u, select(0.0, 1.0, (flags & 4u) != 0u)) != 0.0;
+    if (!first) { b = pf(3u) * b4[bat] + pf(4u) * d; }
     b4[bat] = b;
     var step = b;
     if ((flags & 8u) != 0u) { step = d + pf(3u) * b; }
@@ -34,7 +46,8 @@ fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
 }
 
 // f: sign, coupled_decay, decay_factor, 1 − β1, β2, 1 − β2, step_size,
-// 1/√bias_correction2, eps. op: 1 coupled decay, 2 amsgrad.
+// 1/√bias_correction2, eps (counted: constants 1, 2 are the step size and
+// 1/√bias_correction2). op: 1 coupled decay, 2 amsgrad.
 @compute @workgroup_size(256)
 fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
         @builtin(num_workgroups) groups: vec3<u32>) {
@@ -60,8 +73,8 @@ fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
         second = select(v, old, old >= v);
         b6[xat] = second;
     }
-    let denom = sqrt(second) * pf(7u) + pf(8u);
-    b1[at] = param - pf(6u) * (m / denom);
+    let denom = sqrt(second) * per_step(2u, pf(7u)) + pf(8u);
+    b1[at] = param - per_step(1u, pf(6u)) * (m / denom);
 }
 
 // f: sign, weight_decay, lr, α, 1 − α, eps, momentum.
@@ -97,7 +110,7 @@ fn rmsprop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     }
 }
 
-// f: sign, weight_decay, clr, eps. op: 1 decayed.
+// f: sign, weight_decay, clr, eps (counted: constant 1 is clr). op: 1 decayed.
 @compute @workgroup_size(256)
 fn adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
            @builtin(num_workgroups) groups: vec3<u32>) {
@@ -109,7 +122,7 @@ fn adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     let sat = base(4u) + i;
     let total = b4[sat] + grad * grad;
     b4[sat] = total;
-    b1[at] = b1[at] - pf(2u) * (grad / (sqrt(total) + pf(3u)));
+    b1[at] = b1[at] - per_step(1u, pf(2u)) * (grad / (sqrt(total) + pf(3u)));
 }
 
 // LAMB (apex FusedLAMB), one workgroup per segment of the table (offset,

@@ -26,6 +26,8 @@ pub(super) enum Plan<'a> {
     Copy(GpuSlice, GpuSlice),
     /// A LAMB step: passes with host decisions between them (`lamb.rs`).
     Lamb(&'a LambConfig, &'a OptimizerArgs),
+    /// A counted LAMB step: the flag and count read back, then a LAMB step.
+    CountedLamb(&'a LambConfig, &'a OptimizerArgs),
 }
 
 const fn entry(module: Module, name: &'static str, buffers: u32) -> Entry {
@@ -166,14 +168,9 @@ impl GpuContext {
                 OptimizerConfig::Lamb(config) => Ok(Plan::Lamb(config, step)),
                 _ => self.optimizer_step(step, &launch.bindings),
             },
-            // No WGSL body yet: the counted step's bias corrections are
-            // f64 functions of a count only the device knows.
-            Kernel::AmpUnscaleByDeviceScale
-            | Kernel::AmpUpdateScale { .. }
-            | Kernel::OptimizerStepCounted(_) => Err(refused(unsupported(format!(
-                "{} on wgpu (no WGSL body)",
-                launch.kernel.name()
-            )))),
+            Kernel::AmpUnscaleByDeviceScale => self.unscale_by_device_scale(&launch.bindings),
+            Kernel::AmpUpdateScale { rule } => self.update_scale(rule, &launch.bindings),
+            Kernel::OptimizerStepCounted(step) => self.counted_step(step, &launch.bindings),
         }
     }
 

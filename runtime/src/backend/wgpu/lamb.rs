@@ -23,14 +23,17 @@ const fn lamb_entry(name: &'static str) -> Entry {
     }
 }
 
+/// The name a counted step's refusals carry, as the CPU's.
+const COUNTED: &str = "optimizer_step_counted";
+
 const MEASURE: Entry = lamb_entry("lamb_measure");
 const WRITE: Entry = lamb_entry("lamb_write");
 
 /// A refusal worded as the CPU kernel's.
-fn refused(field: String, reason: &str) -> LaunchError {
+fn refused(kernel: &str, field: String, reason: &str) -> LaunchError {
     let error = cistern_kernels::KernelError::invalid(field, reason);
     LaunchError::Refused(ServerError::InvalidArgument {
-        message: format!("optimizer_step: {error}"),
+        message: format!("{kernel}: {error}"),
     })
 }
 
@@ -61,6 +64,12 @@ fn floats(c: &LambConfig, step: u64, grad_norm: f64) -> Vec<f32> {
     ]
 }
 
+/// Whether the bytes of a flag word read back are a set flag (anything but
+/// +0 or −0, as the CPU's `flag != 0.0`).
+fn is_set(flag: &[u8]) -> bool {
+    flag.iter().any(|byte| *byte != 0) && flag != [0, 0, 0, 0x80]
+}
+
 impl GpuContext {
     /// Runs one LAMB step over `bindings` (params, grads, the flag when
     /// AMP, exp_avg, exp_avg_sq).
@@ -70,24 +79,52 @@ impl GpuContext {
         args: &OptimizerArgs,
         bindings: &[GpuSlice],
     ) -> Result<(), LaunchError> {
-        let malformed = || {
-            LaunchError::Fault(KernelFault::Malformed(
-                "a lamb step's bindings do not match its layout".into(),
-            ))
-        };
         let first_state = if args.found_inf { 3 } else { 2 };
-        let (Some(params), Some(grads)) = (bindings.first(), bindings.get(1)) else {
-            return Err(malformed());
-        };
-        let m = bindings.get(first_state).ok_or_else(malformed)?;
-        let v = bindings.get(first_state + 1).ok_or_else(malformed)?;
-        if args.found_inf {
-            let flag = self.read(bindings.get(2).ok_or_else(malformed)?)?;
-            if flag.iter().any(|byte| *byte != 0) && flag != [0, 0, 0, 0x80] {
-                return Ok(());
-            }
+        if args.found_inf && is_set(&self.read(bindings.get(2).ok_or_else(malformed)?)?) {
+            return Ok(());
         }
-        let segments: &[Segment] = &args.segments;
+        let buffers = lamb_buffers(bindings, first_state)?;
+        self.lamb_step("optimizer_step", config, args.step, &args.segments, buffers)
+    }
+
+    /// Runs one counted LAMB step over `bindings` (params, grads, flag,
+    /// count, exp_avg, exp_avg_sq): skipped on the flag, otherwise step
+    /// `count + 1`, advancing the count, as the CPU's counted step.
+    pub(super) fn counted_lamb(
+        &self,
+        config: &LambConfig,
+        args: &OptimizerArgs,
+        bindings: &[GpuSlice],
+    ) -> Result<(), LaunchError> {
+        let buffers = lamb_buffers(bindings, 4)?;
+        if is_set(&self.read(bindings.get(2).ok_or_else(malformed)?)?) {
+            return Ok(());
+        }
+        let count_slice = bindings.get(3).ok_or_else(malformed)?;
+        let count = match self.read(count_slice)?.as_slice() {
+            &[a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+            _ => return Err(malformed()),
+        };
+        let Some(step) = count.checked_add(1) else {
+            return Err(refused(
+                COUNTED,
+                "count".into(),
+                "the step count overflows u32",
+            ));
+        };
+        self.lamb_step(COUNTED, config, u64::from(step), &args.segments, buffers)?;
+        Ok(self.write(count_slice, &step.to_le_bytes())?)
+    }
+
+    /// LAMB's passes as step `step` over params, grads, exp_avg, exp_avg_sq.
+    fn lamb_step(
+        &self,
+        kernel: &str,
+        config: &LambConfig,
+        step: u64,
+        segments: &[Segment],
+        [params, grads, m, v]: [&GpuSlice; 4],
+    ) -> Result<(), LaunchError> {
         let grad_norm = self
             .sum_squares(grads, segments)?
             .iter()
@@ -96,11 +133,12 @@ impl GpuContext {
             .sqrt();
         if !grad_norm.is_finite() {
             return Err(refused(
+                kernel,
                 "grads".into(),
                 "the global gradient norm is not finite",
             ));
         }
-        let floats = floats(config, args.step, grad_norm);
+        let floats = floats(config, step, grad_norm);
         let params_value = Params::new(u32::from(config.adam_w_mode), &floats);
         let sums = self.scratch(2 * segments.len() as u64);
         self.segment_pass(
@@ -122,6 +160,7 @@ impl GpuContext {
             };
             if !(param_norm.is_finite() && update_norm.is_finite() && ratio.is_finite()) {
                 return Err(refused(
+                    kernel,
                     format!("segments[{index}]"),
                     "a moment, norm or trust ratio would be non-finite",
                 ));
@@ -147,7 +186,7 @@ impl GpuContext {
             .map_err(LaunchError::Refused)?
         {
             Plan::Dispatches(dispatches) => self.run_now(&dispatches)?,
-            Plan::Nothing | Plan::Copy(..) | Plan::Lamb(..) => {}
+            Plan::Nothing | Plan::Copy(..) | Plan::Lamb(..) | Plan::CountedLamb(..) => {}
         }
         Ok(bytes_to_f32(&self.read(&out)?))
     }
@@ -185,7 +224,7 @@ impl GpuContext {
     }
 
     /// A zeroed buffer of `elements` f32s for intermediate results.
-    fn scratch(&self, elements: u64) -> GpuSlice {
+    pub(super) fn scratch(&self, elements: u64) -> GpuSlice {
         let size = (4 * elements).max(4);
         let buffer = self.device.create_buffer(&::wgpu::BufferDescriptor {
             label: Some("cistern scratch"),
@@ -201,6 +240,19 @@ impl GpuContext {
             size: 4 * elements,
         }
     }
+}
+
+fn malformed() -> LaunchError {
+    LaunchError::Fault(KernelFault::Malformed(
+        "a lamb step's bindings do not match its layout".into(),
+    ))
+}
+
+/// params, grads, exp_avg, exp_avg_sq: the first two and the state from
+/// `first_state`.
+fn lamb_buffers(bindings: &[GpuSlice], first_state: usize) -> Result<[&GpuSlice; 4], LaunchError> {
+    let at = |index: usize| bindings.get(index).ok_or_else(malformed);
+    Ok([at(0)?, at(1)?, at(first_state)?, at(first_state + 1)?])
 }
 
 fn bytes_to_f32(bytes: &[u8]) -> Vec<f32> {

@@ -7,6 +7,7 @@
 //! `cistern-kernels`, compiled once per device on first use.
 
 mod adapter;
+mod amp;
 mod context;
 mod dispatch;
 mod kernels;

@@ -6,7 +6,7 @@ use cistern_kernels::Segment;
 use cistern_optim::OptimizerConfig;
 
 use super::context::GpuContext;
-use super::dispatch::{Params, Window, unsupported};
+use super::dispatch::{Dispatch, Params, Window, unsupported};
 use super::kernels::Plan;
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
@@ -150,6 +150,16 @@ fn runs(segments: &[Segment]) -> Vec<(u64, u64)> {
     runs
 }
 
+/// The op bit of a counted step: per-step constants come from binding 3.
+const COUNTED: u32 = 256;
+
+/// What binding 3 of a step holds: the flag (or a zero placeholder), or the
+/// constants a counted step's `step_count` wrote.
+pub(super) enum Skip {
+    Flag(Window),
+    Counted(Window),
+}
+
 impl GpuContext {
     /// The dispatches of one optimizer step over `bindings` (params, grads,
     /// the flag when AMP, then the state in layout order).
@@ -158,27 +168,45 @@ impl GpuContext {
         args: &OptimizerArgs,
         bindings: &[GpuSlice],
     ) -> Result<Plan<'static>, LaunchError> {
-        let Some(step) = step_of(&args.config, args.step) else {
-            return Err(LaunchError::Refused(unsupported(format!(
-                "{} on wgpu",
-                args.kernel_id().name()
-            ))));
-        };
-        let malformed = || {
-            LaunchError::Fault(KernelFault::Malformed(
-                "an optimizer step's bindings do not match its layout".into(),
-            ))
-        };
-        let (params, grads) = match bindings {
-            [params, grads, ..] => (params, grads),
-            _ => return Err(malformed()),
-        };
         let first_state = if args.found_inf { 3 } else { 2 };
         let flag: Window = if args.found_inf {
             let flag = bindings.get(2).ok_or_else(malformed)?;
             self.window(flag).map_err(LaunchError::Refused)?
         } else {
             self.zero_window()
+        };
+        let dispatches =
+            self.step_dispatches(args, args.step, bindings, first_state, Skip::Flag(flag))?;
+        Ok(Plan::Dispatches(dispatches))
+    }
+
+    /// The dispatches of `args`' family as step `step` over `bindings`
+    /// (params, grads, then the state from `first_state`), skipped as
+    /// binding 3 says.
+    pub(super) fn step_dispatches(
+        &self,
+        args: &OptimizerArgs,
+        step: u64,
+        bindings: &[GpuSlice],
+        first_state: usize,
+        skip: Skip,
+    ) -> Result<Vec<Dispatch>, LaunchError> {
+        let Some(mut step) = step_of(&args.config, step) else {
+            return Err(LaunchError::Refused(unsupported(format!(
+                "{} on wgpu",
+                args.kernel_id().name()
+            ))));
+        };
+        let skip = match skip {
+            Skip::Flag(window) => window,
+            Skip::Counted(window) => {
+                step.op |= COUNTED;
+                window
+            }
+        };
+        let (params, grads) = match bindings {
+            [params, grads, ..] => (params, grads),
+            _ => return Err(malformed()),
         };
         // Bindings 4-6 hold the state at the entry point's slots.
         let mut state: [Option<&GpuSlice>; 3] = [None; 3];
@@ -197,7 +225,7 @@ impl GpuContext {
             while done < len {
                 let elements = chunk.min(len - done);
                 let window = |slice: &GpuSlice| self.window(&slice.part(4 * done, 4 * elements));
-                let mut windows = vec![window(&p), window(&g), Ok(flag.clone())];
+                let mut windows = vec![window(&p), window(&g), Ok(skip.clone())];
                 for buffer in &state {
                     windows.push(match buffer {
                         Some(buffer) => window(buffer),
@@ -215,6 +243,12 @@ impl GpuContext {
                 done += elements;
             }
         }
-        Ok(Plan::Dispatches(dispatches))
+        Ok(dispatches)
     }
+}
+
+fn malformed() -> LaunchError {
+    LaunchError::Fault(KernelFault::Malformed(
+        "an optimizer step's bindings do not match its layout".into(),
+    ))
 }

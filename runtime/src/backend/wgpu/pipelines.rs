@@ -17,6 +17,7 @@ pub(super) enum Module {
     Gemm,
     Reduce,
     Optimizer,
+    Amp,
     Strided,
 }
 
@@ -28,6 +29,7 @@ impl Module {
             Module::Gemm => &[wgsl::ACTIVATION, wgsl::GEMM],
             Module::Reduce => &[wgsl::REDUCE],
             Module::Optimizer => &[wgsl::OPTIMIZER],
+            Module::Amp => &[wgsl::AMP],
             Module::Strided => &[wgsl::STRIDED],
         };
         std::iter::once(wgsl::PRELUDE)

@@ -59,6 +59,7 @@ impl WgpuStream {
             Plan::Copy(source, target) => Ok(context.copy(&source, &target)?),
             Plan::Dispatches(dispatches) => context.run_now(&dispatches),
             Plan::Lamb(config, args) => context.lamb(config, args, &launch.bindings),
+            Plan::CountedLamb(config, args) => context.counted_lamb(config, args, &launch.bindings),
         }
     }
 }
