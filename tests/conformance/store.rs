@@ -341,3 +341,47 @@ pub fn the_tapes_gradients_match_the_cpus(device: Device) {
     let error = max_relative_error(&got, &wide(&want), PARAM_FLOOR);
     assert!(error <= cancelling_tolerance(device), "{device}: {error:e}");
 }
+
+/// Parameters and device AMP words after `steps` AdamW steps of the
+/// store's no-sync AMP form on `device`, the loss scaled by the scaler's
+/// scale.
+fn device_amp_run(device: Device, model: &Model, steps: u64) -> (Vec<f32>, String) {
+    use cistern::optim::{GradScaler, GradScalerConfig};
+    let client = open(device);
+    let mut store = store(&client, model);
+    let scaler = GradScaler::new(GradScalerConfig {
+        init_scale: 1024.0,
+        growth_interval: 2,
+        ..GradScalerConfig::default()
+    });
+    let scaler = fine(scaler, "a scaler");
+    let config = AdamWConfig {
+        lr: 1e-3,
+        ..Default::default()
+    };
+    for _ in 0..steps {
+        let tape = Tape::new(&client);
+        let leaves = fine(store.register_resident_params(&tape), "register");
+        let value = loss(&store, &tape, &leaves, model);
+        let scaled = fine(tape.scale(&value, scaler.scale()), "scaled loss");
+        let gradients = fine(store.backward(&tape, &scaled), "backward");
+        fine(
+            store.step_adamw_amp_on_device(&gradients, &config, &scaler),
+            "AMP step",
+        );
+    }
+    let words = fine(store.device_amp_state(), "device AMP state");
+    let params = flat(&fine(store.sync_to_host(), "sync_to_host"));
+    (params, format!("{words:?}"))
+}
+
+/// The store's no-sync AMP step gives the CPU's parameters and the same
+/// scale, tracker, skips and step count on every device.
+pub fn the_stores_device_amp_step_matches_the_cpus(device: Device) {
+    let model = model(0x5706);
+    let (got, got_words) = device_amp_run(device, &model, 5);
+    let (want, want_words) = device_amp_run(Device::Cpu(0), &model, 5);
+    assert_eq!(got_words, want_words, "{device}: the device AMP words");
+    let error = max_relative_error(&got, &wide(&want), PARAM_FLOOR);
+    assert!(error <= cancelling_tolerance(device), "{device}: {error:e}");
+}
