@@ -181,14 +181,17 @@ for path in ("chain-sgd", "tape-adam"):
 
 
 def train_round(a, round_, pairs):
-    ours = {l["path"]: l["ms_per_step"] for l in json_lines([a.cistern, "bench", "train-step"])
-            if l.get("bench") == "train_step"}
+    lines = [l for l in json_lines([a.cistern, "bench", "train-step"])
+             if l.get("bench") == "train_step"]
+    ours = {l["path"]: l["ms_per_step"] for l in lines}
+    kernels = {l["path"]: l["kernel_ms_per_step"] for l in lines}
     theirs = {l["path"]: l["ms_per_step"] for l in
               json_lines([a.python, "-c", TORCH_TRAIN], env=torch_env())
               if l.get("bench") == "pytorch_train_step"}
     for path in ("chain-sgd", "tape-adam"):
         pair = {"bench": "versus_pytorch", "what": "train-step", "path": path, "round": round_,
-                "cistern_ms": ours[path], "pytorch_ms": theirs[path],
+                "cistern_ms": ours[path], "cistern_kernel_ms": kernels[path],
+                "vs_kernels": round(ours[path] / kernels[path], 3), "pytorch_ms": theirs[path],
                 "speedup": round(theirs[path] / ours[path], 3)}
         pairs.append(pair)
         print(json.dumps(pair), flush=True)
