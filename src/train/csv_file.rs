@@ -2,6 +2,7 @@
 //! every used cell a finite number. Each error names the file, the line
 //! and the column.
 
+use std::io::Read;
 use std::path::Path;
 
 use super::data::Table;
@@ -16,16 +17,31 @@ struct Picked {
 
 /// Reads a training table: every column but `target` is a feature.
 pub fn read_training_table(path: &Path, target: &str) -> Result<Table, String> {
+    training_table(&path.display().to_string(), open(path)?, target)
+}
+
+/// Reads the columns named `wanted`, in that order, as rows of features.
+pub fn read_feature_rows(path: &Path, wanted: &[String]) -> Result<(Vec<f32>, usize), String> {
+    feature_rows(&path.display().to_string(), open(path)?, wanted)
+}
+
+fn open(path: &Path) -> Result<std::io::BufReader<std::fs::File>, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(std::io::BufReader::new(file))
+}
+
+/// A training table from CSV text read from `reader`; errors start with `name`.
+pub(crate) fn training_table(name: &str, reader: impl Read, target: &str) -> Result<Table, String> {
     let mut target_index = 0;
-    let picked = read_picked(path, |header| {
+    let picked = read_picked(name, reader, |header| {
         target_index = find(header, target)?;
         Ok((0..header.len()).collect())
     })?;
     let width = picked.header.len();
     if width < 2 {
         return Err(format!(
-            "{}: the only column is the target `{target}`: there are no features",
-            path.display()
+            "{name}: the only column is the target `{target}`: there are no features"
         ));
     }
     let mut features = Vec::with_capacity(picked.rows * (width - 1));
@@ -42,7 +58,7 @@ pub fn read_training_table(path: &Path, target: &str) -> Result<Table, String> {
     let mut columns = picked.header;
     columns.remove(target_index);
     Ok(Table {
-        name: path.display().to_string(),
+        name: name.to_string(),
         columns,
         target: target.to_string(),
         features,
@@ -50,9 +66,13 @@ pub fn read_training_table(path: &Path, target: &str) -> Result<Table, String> {
     })
 }
 
-/// Reads the columns named `wanted`, in that order, as rows of features.
-pub fn read_feature_rows(path: &Path, wanted: &[String]) -> Result<(Vec<f32>, usize), String> {
-    let picked = read_picked(path, |header| {
+/// The columns named `wanted` of CSV text read from `reader`, as rows.
+pub(crate) fn feature_rows(
+    name: &str,
+    reader: impl Read,
+    wanted: &[String],
+) -> Result<(Vec<f32>, usize), String> {
+    let picked = read_picked(name, reader, |header| {
         wanted.iter().map(|name| find(header, name)).collect()
     })?;
     Ok((picked.values, picked.rows))
@@ -68,16 +88,15 @@ fn find(header: &[String], name: &str) -> Result<usize, String> {
 }
 
 fn read_picked(
-    path: &Path,
+    name: &str,
+    reader: impl Read,
     pick: impl FnOnce(&[String]) -> Result<Vec<usize>, String>,
 ) -> Result<Picked, String> {
-    let named = |message: String| format!("{}: {message}", path.display());
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let named = |message: String| format!("{name}: {message}");
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .trim(csv::Trim::All)
-        .from_reader(std::io::BufReader::new(file));
+        .from_reader(reader);
     let header: Vec<String> = reader
         .headers()
         .map_err(|e| named(csv_error(&e)))?
