@@ -6,8 +6,8 @@
 //! bench, stress, report, train, predict): private, no public API, so a
 //! program that depends on `cistern` with `default-features = false`
 //! compiles none of them nor their dependencies. The binary calls
-//! [`run_command_line`]; the fuzz targets and their stable-toolchain tests
-//! call [`fuzzing`].
+//! `run_command_line`; the fuzz targets and their stable-toolchain tests
+//! call `fuzzing` (both hidden, both behind `cli`).
 
 pub use cistern_client as client;
 pub use cistern_kernels as kernels;
@@ -30,6 +30,7 @@ mod stress;
 #[cfg(feature = "cli")]
 mod train;
 
+#[cfg(feature = "cli")]
 #[doc(hidden)]
 pub mod fuzzing;
 

@@ -3,16 +3,15 @@
 //!
 //! `fuzz/` (cargo-fuzz, nightly) and `tests/fuzz_corpus.rs` (the stable
 //! suite, over a checked-in corpus and its mutations) call the same bodies.
-//! A body never panics on any input unless a property it checks fails: a
+//! Behind the `cli` feature, as the parsers of files are the command
+//! line's. A body never panics on any input unless a property it checks fails: a
 //! panic is a finding. Not an API: `docs/reliability.md` says how to run them.
 
-#[cfg(feature = "cli")]
 mod files;
 mod memory;
 mod reports;
 mod seeds;
 
-#[cfg(feature = "cli")]
 pub use files::{alloc_trace, csv_table, saved_model};
 pub use memory::memory_manager;
 pub use reports::{compact_report, error_report, io_error, server_error};
@@ -28,7 +27,7 @@ pub struct Target {
     pub body: fn(&[u8]),
 }
 
-/// Every target this build has (the `cli` feature adds the file parsers).
+/// Every target.
 pub const TARGETS: &[Target] = &[
     Target {
         name: "error_report",
@@ -50,17 +49,14 @@ pub const TARGETS: &[Target] = &[
         name: "memory_manager",
         body: memory_manager,
     },
-    #[cfg(feature = "cli")]
     Target {
         name: "alloc_trace",
         body: alloc_trace,
     },
-    #[cfg(feature = "cli")]
     Target {
         name: "csv_table",
         body: csv_table,
     },
-    #[cfg(feature = "cli")]
     Target {
         name: "saved_model",
         body: saved_model,

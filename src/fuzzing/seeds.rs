@@ -20,7 +20,7 @@ pub struct Seed {
     pub bytes: Vec<u8>,
 }
 
-/// Every seed this build can make (the `cli` feature adds the file parsers').
+/// Every seed, for every target.
 pub fn seeds() -> Vec<Seed> {
     let mut seeds = Vec::new();
     let reports: Vec<ErrorReport> = reported_errors()
@@ -51,7 +51,6 @@ pub fn seeds() -> Vec<Seed> {
         let bytes = (0..length).map(|_| rng.next_u64() as u8).collect();
         seeds.push(seed("memory_manager", format!("random-{length}"), bytes));
     }
-    #[cfg(feature = "cli")]
     seeds.extend(super::files::seeds());
     seeds
 }

@@ -36,6 +36,7 @@ pub(crate) fn training_table(name: &str, reader: impl Read, target: &str) -> Res
     let mut target_index = 0;
     let picked = read_picked(name, reader, |header| {
         target_index = find(header, target)?;
+        named_once(header)?;
         Ok((0..header.len()).collect())
     })?;
     let width = picked.header.len();
@@ -78,13 +79,37 @@ pub(crate) fn feature_rows(
     Ok((picked.values, picked.rows))
 }
 
+/// The column named `name`; an error if none is, or if two are (a saved
+/// model finds its columns by name, so it would read the wrong one).
 fn find(header: &[String], name: &str) -> Result<usize, String> {
-    header.iter().position(|h| h == name).ok_or_else(|| {
-        format!(
+    let mut named = header.iter().enumerate().filter(|(_, h)| *h == name);
+    match (named.next(), named.next()) {
+        (Some((index, _)), None) => Ok(index),
+        (Some((first, _)), Some((second, _))) => Err(twice(name, first, second)),
+        (None, _) => Err(format!(
             "line 1: no column `{name}` in the header (columns: {})",
             header.join(", ")
-        )
-    })
+        )),
+    }
+}
+
+/// An error if two columns of the header share a name.
+fn named_once(header: &[String]) -> Result<(), String> {
+    let mut seen = std::collections::HashMap::new();
+    for (index, name) in header.iter().enumerate() {
+        if let Some(first) = seen.insert(name, index) {
+            return Err(twice(name, first, index));
+        }
+    }
+    Ok(())
+}
+
+fn twice(name: &str, first: usize, second: usize) -> String {
+    format!(
+        "line 1: columns {} and {} are both named `{name}`: rename one",
+        first + 1,
+        second + 1
+    )
 }
 
 fn read_picked(
@@ -184,6 +209,29 @@ mod tests {
         let path = write("bad.csv", "a,y\n1,2\n3,x\n");
         let error = read_training_table(&path, "y").expect_err("bad cell");
         assert!(error.contains("line 3, column 2 (`y`)"), "{error}");
+    }
+
+    #[test]
+    fn a_column_named_twice_is_an_error_naming_both() {
+        // Found by the `csv_table` fuzz target: the second `y` became a
+        // feature that `predict` would look up by name and read from the first.
+        let path = write("twice.csv", "y,x,y,,w\n-1.58,9,8,9,152\n");
+        let error = read_training_table(&path, "y").expect_err("target named twice");
+        assert!(
+            error.contains("columns 1 and 3 are both named `y`"),
+            "{error}"
+        );
+        let path = write("twice-feature.csv", "x,y,x\n1,2,3\n");
+        let error = read_training_table(&path, "y").expect_err("feature named twice");
+        assert!(
+            error.contains("columns 1 and 3 are both named `x`"),
+            "{error}"
+        );
+        let wanted = ["x".to_string()];
+        let error = read_feature_rows(&path, &wanted).expect_err("wanted column named twice");
+        assert!(error.contains("both named `x`"), "{error}");
+        let path = write("twice-unused.csv", "x,a,a\n1,2,3\n");
+        assert_eq!(read_feature_rows(&path, &wanted), Ok((vec![1.0], 1)));
     }
 
     #[test]
