@@ -1,27 +1,16 @@
 //! The `cistern` command line: train, predict, devices, bench, stress and report.
 //!
-//! Built only with the `cli` feature (on by default). Its modules are the
-//! binary's own, not the library's: the stress tool's workload, verifier and
-//! telemetry writer are no public API, and the end-to-end tests drive them
-//! through this binary.
+//! Built only with the `cli` feature (on by default). Its modules are
+//! private modules of the library behind that feature (so the fuzz targets
+//! reach the parsers they read user files with): the stress tool's
+//! workload, verifier and telemetry writer are no public API, and the
+//! end-to-end tests drive them through this binary.
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
-mod bench;
-mod cli;
-mod devices;
-mod logging;
-mod report;
-mod stress;
-mod train;
-
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    let cli = cli::Cli::parse();
-    logging::init(cli.verbose);
-    cli::run(cli)
+    cistern::run_command_line()
 }
 
 /// Restores the default SIGPIPE action, which Rust's runtime ignores, so

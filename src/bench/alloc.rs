@@ -65,21 +65,26 @@ pub fn bench_config() -> MemoryConfig {
     MemoryConfig::with_limit(64 * GIB)
 }
 
-#[derive(Clone, Copy)]
-enum Op {
+/// One request of a trace, its id renumbered to a dense slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
     Reserve { slot: u32, bytes: u64 },
     Free { slot: u32 },
     Reclaim,
 }
 
-struct Replay {
-    ops: Vec<Op>,
+/// A parsed trace: its requests, the slots they name, and the most bytes
+/// live at once.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Replay {
+    pub(crate) ops: Vec<Op>,
     slots: usize,
-    peak_in_use: u64,
+    pub(crate) peak_in_use: u64,
 }
 
 impl Replay {
-    fn parse(text: &str) -> Result<Replay, String> {
+    /// Parses a trace; a malformed line is an error naming it.
+    pub(crate) fn parse(text: &str) -> Result<Replay, String> {
         let mut ops = Vec::new();
         let mut slots: HashMap<u64, u32> = HashMap::new();
         let mut live: HashMap<u32, u64> = HashMap::new();
@@ -105,10 +110,12 @@ impl Replay {
                     if slots.contains_key(&id) {
                         return Err(bad("id reserved twice"));
                     }
-                    let slot = slots.len() as u32;
+                    let slot = u32::try_from(slots.len()).map_err(|_| bad("too many ids"))?;
+                    in_use = in_use
+                        .checked_add(bytes)
+                        .ok_or_else(|| bad("live bytes exceed 2^64"))?;
                     slots.insert(id, slot);
                     live.insert(slot, bytes);
-                    in_use += bytes;
                     peak_in_use = peak_in_use.max(in_use);
                     Op::Reserve { slot, bytes }
                 }
@@ -134,8 +141,22 @@ impl Replay {
         })
     }
 
+    /// The trace as text that parses back to it, each id its slot.
+    pub(crate) fn to_text(&self) -> String {
+        let mut text = String::new();
+        for op in &self.ops {
+            let line = match op {
+                Op::Reserve { slot, bytes } => format!("r {slot} {bytes}\n"),
+                Op::Free { slot } => format!("f {slot}\n"),
+                Op::Reclaim => "c\n".to_string(),
+            };
+            text.push_str(&line);
+        }
+        text
+    }
+
     /// One replay on a fresh manager: nanoseconds taken and what the storage held.
-    fn run(&self, config: &MemoryConfig, mapping: bool) -> Result<(f64, Held), String> {
+    pub(crate) fn run(&self, config: &MemoryConfig, mapping: bool) -> Result<(f64, Held), String> {
         let granularity = mapping.then_some(MAP_GRANULARITY);
         let storage = CountingStorage {
             inner: BookkeepingStorage::new(ALIGNMENT).with_map_granularity(granularity),
@@ -166,7 +187,7 @@ impl Replay {
 
 /// Storage allocations counted by the benchmark itself.
 #[derive(Clone, Copy, Default)]
-struct Held {
+pub(crate) struct Held {
     now: u64,
     peak: u64,
     allocs: u64,
@@ -271,6 +292,7 @@ mod tests {
             ("r 1 8\nf 1\nf 1\n", "freed twice"),
             ("x\n", "unknown request"),
             ("c now\n", "trailing"),
+            ("r 1 18446744073709551615\nr 2 1\n", "exceed 2^64"),
         ] {
             match Replay::parse(trace) {
                 Err(message) => assert!(message.contains(what), "{message:?} lacks {what:?}"),

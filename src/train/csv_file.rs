@@ -2,6 +2,7 @@
 //! every used cell a finite number. Each error names the file, the line
 //! and the column.
 
+use std::io::Read;
 use std::path::Path;
 
 use super::data::Table;
@@ -16,16 +17,32 @@ struct Picked {
 
 /// Reads a training table: every column but `target` is a feature.
 pub fn read_training_table(path: &Path, target: &str) -> Result<Table, String> {
+    training_table(&path.display().to_string(), open(path)?, target)
+}
+
+/// Reads the columns named `wanted`, in that order, as rows of features.
+pub fn read_feature_rows(path: &Path, wanted: &[String]) -> Result<(Vec<f32>, usize), String> {
+    feature_rows(&path.display().to_string(), open(path)?, wanted)
+}
+
+fn open(path: &Path) -> Result<std::io::BufReader<std::fs::File>, String> {
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(std::io::BufReader::new(file))
+}
+
+/// A training table from CSV text read from `reader`; errors start with `name`.
+pub(crate) fn training_table(name: &str, reader: impl Read, target: &str) -> Result<Table, String> {
     let mut target_index = 0;
-    let picked = read_picked(path, |header| {
+    let picked = read_picked(name, reader, |header| {
         target_index = find(header, target)?;
+        named_once(header)?;
         Ok((0..header.len()).collect())
     })?;
     let width = picked.header.len();
     if width < 2 {
         return Err(format!(
-            "{}: the only column is the target `{target}`: there are no features",
-            path.display()
+            "{name}: the only column is the target `{target}`: there are no features"
         ));
     }
     let mut features = Vec::with_capacity(picked.rows * (width - 1));
@@ -42,7 +59,7 @@ pub fn read_training_table(path: &Path, target: &str) -> Result<Table, String> {
     let mut columns = picked.header;
     columns.remove(target_index);
     Ok(Table {
-        name: path.display().to_string(),
+        name: name.to_string(),
         columns,
         target: target.to_string(),
         features,
@@ -50,34 +67,61 @@ pub fn read_training_table(path: &Path, target: &str) -> Result<Table, String> {
     })
 }
 
-/// Reads the columns named `wanted`, in that order, as rows of features.
-pub fn read_feature_rows(path: &Path, wanted: &[String]) -> Result<(Vec<f32>, usize), String> {
-    let picked = read_picked(path, |header| {
+/// The columns named `wanted` of CSV text read from `reader`, as rows.
+pub(crate) fn feature_rows(
+    name: &str,
+    reader: impl Read,
+    wanted: &[String],
+) -> Result<(Vec<f32>, usize), String> {
+    let picked = read_picked(name, reader, |header| {
         wanted.iter().map(|name| find(header, name)).collect()
     })?;
     Ok((picked.values, picked.rows))
 }
 
+/// The column named `name`; an error if none is, or if two are (a saved
+/// model finds its columns by name, so it would read the wrong one).
 fn find(header: &[String], name: &str) -> Result<usize, String> {
-    header.iter().position(|h| h == name).ok_or_else(|| {
-        format!(
+    let mut named = header.iter().enumerate().filter(|(_, h)| *h == name);
+    match (named.next(), named.next()) {
+        (Some((index, _)), None) => Ok(index),
+        (Some((first, _)), Some((second, _))) => Err(twice(name, first, second)),
+        (None, _) => Err(format!(
             "line 1: no column `{name}` in the header (columns: {})",
             header.join(", ")
-        )
-    })
+        )),
+    }
+}
+
+/// An error if two columns of the header share a name.
+fn named_once(header: &[String]) -> Result<(), String> {
+    let mut seen = std::collections::HashMap::new();
+    for (index, name) in header.iter().enumerate() {
+        if let Some(first) = seen.insert(name, index) {
+            return Err(twice(name, first, index));
+        }
+    }
+    Ok(())
+}
+
+fn twice(name: &str, first: usize, second: usize) -> String {
+    format!(
+        "line 1: columns {} and {} are both named `{name}`: rename one",
+        first + 1,
+        second + 1
+    )
 }
 
 fn read_picked(
-    path: &Path,
+    name: &str,
+    reader: impl Read,
     pick: impl FnOnce(&[String]) -> Result<Vec<usize>, String>,
 ) -> Result<Picked, String> {
-    let named = |message: String| format!("{}: {message}", path.display());
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let named = |message: String| format!("{name}: {message}");
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .trim(csv::Trim::All)
-        .from_reader(std::io::BufReader::new(file));
+        .from_reader(reader);
     let header: Vec<String> = reader
         .headers()
         .map_err(|e| named(csv_error(&e)))?
@@ -165,6 +209,29 @@ mod tests {
         let path = write("bad.csv", "a,y\n1,2\n3,x\n");
         let error = read_training_table(&path, "y").expect_err("bad cell");
         assert!(error.contains("line 3, column 2 (`y`)"), "{error}");
+    }
+
+    #[test]
+    fn a_column_named_twice_is_an_error_naming_both() {
+        // Found by the `csv_table` fuzz target: the second `y` became a
+        // feature that `predict` would look up by name and read from the first.
+        let path = write("twice.csv", "y,x,y,,w\n-1.58,9,8,9,152\n");
+        let error = read_training_table(&path, "y").expect_err("target named twice");
+        assert!(
+            error.contains("columns 1 and 3 are both named `y`"),
+            "{error}"
+        );
+        let path = write("twice-feature.csv", "x,y,x\n1,2,3\n");
+        let error = read_training_table(&path, "y").expect_err("feature named twice");
+        assert!(
+            error.contains("columns 1 and 3 are both named `x`"),
+            "{error}"
+        );
+        let wanted = ["x".to_string()];
+        let error = read_feature_rows(&path, &wanted).expect_err("wanted column named twice");
+        assert!(error.contains("both named `x`"), "{error}");
+        let path = write("twice-unused.csv", "x,a,a\n1,2,3\n");
+        assert_eq!(read_feature_rows(&path, &wanted), Ok((vec![1.0], 1)));
     }
 
     #[test]

@@ -10,15 +10,15 @@
 
 mod args;
 mod batches;
-mod csv_file;
+pub(crate) mod csv_file;
 mod data;
 mod failure;
-mod model;
-mod model_file;
+pub(crate) mod model;
+pub(crate) mod model_file;
 mod output;
 mod plot;
 mod predict;
-mod prep;
+pub(crate) mod prep;
 mod run;
 mod store_model;
 mod summary;

@@ -36,6 +36,12 @@ impl SavedModel {
     /// Writes the model to `path` atomically. The error names the file.
     pub fn save(&self, path: &Path) -> Result<(), String> {
         let failed = |e: &dyn std::fmt::Display| format!("cannot save {}: {e}", path.display());
+        let encoded = self.encode().map_err(|e| failed(&e))?;
+        write_atomically(path, &encoded).map_err(|e| failed(&e))
+    }
+
+    /// The bytes [`save`](Self::save) writes.
+    pub(crate) fn encode(&self) -> Result<Vec<u8>, String> {
         let bytes: Vec<Vec<u8>> = self
             .parameters
             .iter()
@@ -43,10 +49,10 @@ impl SavedModel {
             .collect();
         let mut views = Vec::new();
         for ((name, shape), data) in self.layout.tensors().into_iter().zip(&bytes) {
-            let view = TensorView::new(Dtype::F32, shape, data).map_err(|e| failed(&e))?;
+            let view = TensorView::new(Dtype::F32, shape, data).map_err(|e| e.to_string())?;
             views.push((name, view));
         }
-        let json = |value: &dyn erased::Json| value.to_json().map_err(|e| failed(&e));
+        let json = |value: &dyn erased::Json| value.to_json().map_err(|e| e.to_string());
         let metadata = HashMap::from([
             (FORMAT_KEY.to_string(), FORMAT.to_string()),
             ("layout".to_string(), json(&self.layout)?),
@@ -54,8 +60,7 @@ impl SavedModel {
             ("columns".to_string(), json(&self.columns)?),
             ("target".to_string(), self.target.clone()),
         ]);
-        let encoded = safetensors::serialize(views, Some(metadata)).map_err(|e| failed(&e))?;
-        write_atomically(path, &encoded).map_err(|e| failed(&e))
+        safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
     }
 
     /// Reads a model saved by [`save`](Self::save), checking every shape.
@@ -66,7 +71,8 @@ impl SavedModel {
         Self::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    fn decode(bytes: &[u8]) -> Result<Self, String> {
+    /// A model from the bytes of a saved file; errors as [`load`](Self::load)'s.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
         let tensors = SafeTensors::deserialize(bytes)
             .map_err(|e| format!("not a whole safetensors file (truncated or corrupt?): {e}"))?;
         let (_, header) = SafeTensors::read_metadata(bytes)

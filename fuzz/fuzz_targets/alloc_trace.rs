@@ -1,0 +1,5 @@
+//! cargo-fuzz target `alloc_trace`: the body is `cistern::fuzzing::alloc_trace`.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern::fuzzing::alloc_trace(data));

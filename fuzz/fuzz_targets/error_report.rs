@@ -1,0 +1,5 @@
+//! cargo-fuzz target `error_report`: the body is `cistern::fuzzing::error_report`.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern::fuzzing::error_report(data));

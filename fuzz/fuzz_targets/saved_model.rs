@@ -1,0 +1,5 @@
+//! cargo-fuzz target `saved_model`: the body is `cistern::fuzzing::saved_model`.
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern::fuzzing::saved_model(data));
