@@ -53,7 +53,12 @@ mod ptx {
         let source = CString::new(super::cuda::program()).map_err(|e| e.to_string())?;
         let name = CString::new("cistern.cu").map_err(|e| e.to_string())?;
         let program = result::create_program(&source, Some(&name)).map_err(|e| e.to_string())?;
-        let options = [format!("--gpu-architecture={}", super::cuda::PTX_ARCH)];
+        let supported = supported_archs()?;
+        let arch = super::cuda::ptx_arch(&supported).ok_or_else(|| {
+            format!("this NVRTC compiles for none of compute_70 on: {supported:?}")
+        })?;
+        let mut options = vec![format!("--gpu-architecture=compute_{arch}")];
+        options.extend(super::cuda::NVRTC_OPTIONS.iter().map(|o| o.to_string()));
         // SAFETY: `program` was just created and is destroyed once, below.
         let outcome = unsafe {
             match result::compile_program(program, &options) {
@@ -70,6 +75,23 @@ mod ptx {
             .map(|&c| c as u8)
             .collect();
         String::from_utf8(bytes).map_err(|e| e.to_string())
+    }
+
+    /// The virtual architectures this NVRTC compiles for (`compute_XY` as `XY`).
+    fn supported_archs() -> Result<Vec<i32>, String> {
+        let mut count = 0;
+        // SAFETY: writes one int.
+        let counted = unsafe { sys::nvrtcGetNumSupportedArchs(&mut count) };
+        if counted != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(format!("nvrtcGetNumSupportedArchs: {counted:?}"));
+        }
+        let mut archs = vec![0; usize::try_from(count).unwrap_or(0)];
+        // SAFETY: `archs` holds the `count` ints NVRTC writes.
+        let listed = unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) };
+        if listed != sys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(format!("nvrtcGetSupportedArchs: {listed:?}"));
+        }
+        Ok(archs)
     }
 
     /// The compiler's log of `program`.

@@ -12,11 +12,31 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("elementwise.cu", include_str!("cuda/elementwise.cu")),
     ("activation.cu", include_str!("cuda/activation.cu")),
     ("reduce.cu", include_str!("cuda/reduce.cu")),
+    ("gemm.cu", include_str!("cuda/gemm.cu")),
+    ("optimizer.cu", include_str!("cuda/optimizer.cu")),
+    ("amp.cu", include_str!("cuda/amp.cu")),
 ];
 
-/// The virtual architecture the build-time PTX targets: the driver JITs it
-/// for any newer device (Volta onwards).
-pub const PTX_ARCH: &str = "compute_70";
+/// The virtual architecture the build-time PTX targets where NVRTC offers
+/// it: the driver JITs it for any newer device (Volta onwards).
+pub const PTX_ARCH: i32 = 70;
+
+/// NVRTC options every compile passes besides the architecture. With
+/// `--fmad=false` no product is fused into an add unless the source says
+/// `fmaf`, as Rust never fuses: the kernels round as the CPU's do.
+pub const NVRTC_OPTIONS: &[&str] = &["--fmad=false"];
+
+/// The architecture the build-time PTX targets, given the ones an NVRTC
+/// supports (`compute_XY` as `XY`): [`PTX_ARCH`], or the oldest supported
+/// past it (NVRTC 13 dropped `compute_70`: its oldest is `compute_75`);
+/// `None` when it supports nothing that new.
+pub fn ptx_arch(supported: &[i32]) -> Option<i32> {
+    supported
+        .iter()
+        .copied()
+        .filter(|&arch| arch >= PTX_ARCH)
+        .min()
+}
 
 /// Every source as one CUDA C program, in [`SOURCES`] order.
 pub fn program() -> String {
@@ -56,5 +76,14 @@ mod tests {
             assert!(program.contains(source), "{name} is missing");
         }
         assert!(program.contains("extern \"C\" __global__ void cistern_trap()"));
+    }
+
+    #[test]
+    fn the_ptx_targets_compute_70_or_the_oldest_arch_past_it_that_nvrtc_has() {
+        assert_eq!(ptx_arch(&[50, 60, 70, 75, 80]), Some(70));
+        assert_eq!(ptx_arch(&[75, 80, 90, 100]), Some(75));
+        assert_eq!(ptx_arch(&[90, 80]), Some(80));
+        assert_eq!(ptx_arch(&[50, 61]), None);
+        assert_eq!(ptx_arch(&[]), None);
     }
 }

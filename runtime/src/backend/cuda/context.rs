@@ -17,7 +17,7 @@ use super::status::describe;
 use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name.
-pub(super) const FUNCTIONS: [&str; 14] = [
+pub(super) const FUNCTIONS: [&str; 22] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -32,6 +32,14 @@ pub(super) const FUNCTIONS: [&str; 14] = [
     "cistern_mse_loss_backward",
     "cistern_column_sum",
     "cistern_segment_sum",
+    "cistern_gemm",
+    "cistern_sgd",
+    "cistern_adam",
+    "cistern_rmsprop",
+    "cistern_adagrad",
+    "cistern_step_count_advance",
+    "cistern_amp_unscale_by_device_scale",
+    "cistern_amp_update_scale",
 ];
 
 /// The kernels loaded in one epoch of the context.

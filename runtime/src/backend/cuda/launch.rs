@@ -4,14 +4,15 @@
 
 use std::ffi::c_void;
 
-use cistern_kernels::Activation;
+use cistern_kernels::{Activation, GemmSpec};
 use cudarc::driver::sys::CUstream;
 
 use super::context::Module;
 use super::ffi;
+use super::optimizer::{runs, step_plan};
 use super::status::{fault, launch_error};
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
-use crate::{Kernel, ServerError};
+use crate::{Kernel, OptimizerArgs, ServerError};
 
 /// A resolved range of device memory: its address and length in bytes.
 /// The manager frees memory only once every stream that used it has
@@ -35,12 +36,14 @@ const MAX_GRID: u64 = 8192;
 
 /// One kernel argument, kept in a 64-bit slot the kernel reads its own
 /// width from (little-endian: a 4-byte argument is the slot's first bytes).
-#[derive(Clone, Copy)]
-enum Arg {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Arg {
     Pointer(u64),
     U64(u64),
     F32(f32),
+    F64(f64),
     I32(i32),
+    U32(u32),
 }
 
 impl Arg {
@@ -48,9 +51,27 @@ impl Arg {
         match self {
             Arg::Pointer(value) | Arg::U64(value) => value,
             Arg::F32(value) => u64::from(value.to_bits()),
+            Arg::F64(value) => value.to_bits(),
             Arg::I32(value) => u64::from(value as u32),
+            Arg::U32(value) => u64::from(value),
         }
     }
+}
+
+/// Rows and columns of C one `cistern_gemm` block computes (`gemm.cu`).
+const GEMM_TILE: u64 = 64;
+
+/// The 64×64 tiles covering an `m×n` C (edge tiles included): the blocks
+/// `cistern_gemm` wants (it strides over tiles past the grid's cap);
+/// `None` when the count overflows.
+fn gemm_tiles(m: u64, n: u64) -> Option<u64> {
+    m.div_ceil(GEMM_TILE).checked_mul(n.div_ceil(GEMM_TILE))
+}
+
+/// The blocks of a launch wanting `wanted`: at least one, at most
+/// [`MAX_GRID`] (every kernel strides over what lies past its grid).
+fn grid_of(wanted: u64) -> u32 {
+    u32::try_from(wanted.clamp(1, MAX_GRID)).unwrap_or(1)
 }
 
 /// Launches one kernel on a stream.
@@ -70,7 +91,7 @@ impl Launcher<'_> {
             .iter_mut()
             .map(|slot| (slot as *mut u64).cast())
             .collect();
-        let grid = u32::try_from(grid.clamp(1, MAX_GRID)).unwrap_or(1);
+        let grid = grid_of(grid);
         // SAFETY: every `cistern_*` kernel's parameters are, in order, the
         // `args` given for it below (pointers, u64 counts, f32, int), each
         // slot lives until the launch is queued (the driver copies them),
@@ -150,7 +171,7 @@ impl Launcher<'_> {
                 let args = [kind, slope, p(0)?, p(1)?, p(2)?, Arg::U64(n)];
                 self.stride("cistern_activation_backward", n, &args)
             }
-            Kernel::Gemm { .. } => Err(unsupported("gemm")),
+            Kernel::Gemm { spec, bias } => self.gemm(&b, spec, *bias),
             &Kernel::ColumnSum { rows, cols } => {
                 let fits = rows.checked_mul(cols) == Some(b.floats(0)?) && b.floats(1)? == cols;
                 if !fits {
@@ -188,11 +209,102 @@ impl Launcher<'_> {
                     &[p(0)?, Arg::F32(inv_scale), p(1)?, Arg::U64(n)],
                 )
             }
-            Kernel::OptimizerStep(_) => Err(unsupported("optimizer_step")),
-            Kernel::AmpUnscaleByDeviceScale => Err(unsupported("amp_unscale_by_device_scale")),
-            Kernel::AmpUpdateScale { .. } => Err(unsupported("amp_update_scale")),
-            Kernel::OptimizerStepCounted(_) => Err(unsupported("optimizer_step_counted")),
+            Kernel::OptimizerStep(args) => {
+                let flag = if args.found_inf {
+                    p(2)?
+                } else {
+                    Arg::Pointer(0)
+                };
+                let first_state = if args.found_inf { 3 } else { 2 };
+                self.step(&b, args, args.step, flag, Arg::Pointer(0), first_state)
+            }
+            Kernel::AmpUnscaleByDeviceScale => {
+                let n = b.floats(0)?;
+                let args = [p(0)?, p(1)?, p(2)?, Arg::U64(n)];
+                self.stride("cistern_amp_unscale_by_device_scale", n, &args)
+            }
+            Kernel::AmpUpdateScale { rule } => {
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    p(2)?,
+                    p(3)?,
+                    Arg::F64(rule.growth_factor),
+                    Arg::F64(rule.backoff_factor),
+                    Arg::U32(rule.growth_interval),
+                ];
+                self.call("cistern_amp_update_scale", 1, &args)
+            }
+            Kernel::OptimizerStepCounted(args) => {
+                let (flag, count) = (p(2)?, p(3)?);
+                // The step reads the count; the advance, queued after it on
+                // the same stream, writes it.
+                self.step(&b, args, 1, flag, count, 4)?;
+                self.call("cistern_step_count_advance", 1, &[flag, count])
+            }
         }
+    }
+
+    /// `C = act(op(A)·op(B) + bias)` over bindings a, b, [bias], c.
+    fn gemm(&self, b: &Bound<'_>, spec: &GemmSpec, bias: bool) -> Result<(), LaunchError> {
+        let (m, n, k) = (spec.m as u64, spec.n as u64, spec.k as u64);
+        let tiles = gemm_tiles(m, n).ok_or_else(|| refused("gemm: m×n overflows"))?;
+        if tiles == 0 {
+            return Ok(());
+        }
+        let (bias, c) = if bias {
+            (b.pointer(2)?, b.pointer(3)?)
+        } else {
+            (Arg::Pointer(0), b.pointer(2)?)
+        };
+        let (kind, slope) = activation_code(spec.activation);
+        let args = [
+            b.pointer(0)?,
+            b.pointer(1)?,
+            bias,
+            c,
+            Arg::U64(m),
+            Arg::U64(n),
+            Arg::U64(k),
+            Arg::I32(i32::from(spec.transpose_a)),
+            Arg::I32(i32::from(spec.transpose_b)),
+            kind,
+            slope,
+        ];
+        self.call("cistern_gemm", tiles, &args)
+    }
+
+    /// One step of `args`' family as step `step` over params, grads and the
+    /// state from binding `first_state`: a launch per run of adjacent
+    /// segments. `flag` and `count` are device pointers or null.
+    fn step(
+        &self,
+        b: &Bound<'_>,
+        args: &OptimizerArgs,
+        step: u64,
+        flag: Arg,
+        count: Arg,
+        first_state: usize,
+    ) -> Result<(), LaunchError> {
+        let plan = step_plan(&args.config, step).ok_or_else(|| unsupported("lamb_step"))?;
+        let (params, grads) = (b.slice(0)?, b.slice(1)?);
+        let mut state = vec![None; plan.state_slots];
+        for (index, &slot) in plan.layout_slots.iter().enumerate() {
+            let buffer = b.slice(first_state + index)?;
+            if let Some(entry) = state.get_mut(slot) {
+                *entry = Some(buffer);
+            }
+        }
+        for (first, len) in runs(&args.segments) {
+            let at = |slice: CudaSlice| Arg::Pointer(slice.address + 4 * first);
+            let mut kernel_args = vec![at(params), at(grads)];
+            kernel_args.extend(state.iter().map(|s| s.map_or(Arg::Pointer(0), at)));
+            kernel_args.extend([flag, count]);
+            kernel_args.extend(plan.scalars.iter().copied());
+            kernel_args.push(Arg::U64(len));
+            self.stride(plan.name, len, &kernel_args)?;
+        }
+        Ok(())
     }
 
     /// One block per segment, each writing its own output element.
@@ -284,4 +396,40 @@ fn unsupported(kernel: &str) -> LaunchError {
     LaunchError::Refused(ServerError::UnsupportedOperation {
         operation: format!("{kernel} on CUDA (not written yet)"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_tiles_cover_edge_rows_and_columns() {
+        assert_eq!(gemm_tiles(64, 64), Some(1));
+        assert_eq!(gemm_tiles(65, 64), Some(2));
+        assert_eq!(gemm_tiles(1, 1), Some(1));
+        assert_eq!(gemm_tiles(129, 200), Some(3 * 4));
+        assert_eq!(gemm_tiles(0, 100), Some(0));
+        assert_eq!(gemm_tiles(100, 0), Some(0));
+        assert_eq!(gemm_tiles(u64::MAX, u64::MAX), None);
+    }
+
+    #[test]
+    fn a_grid_has_at_least_one_block_and_at_most_the_cap() {
+        assert_eq!(grid_of(0), 1);
+        assert_eq!(grid_of(5), 5);
+        assert_eq!(grid_of(u64::MAX), MAX_GRID as u32);
+        // 8192×8192 needs more tiles than the cap: the kernel strides.
+        let tiles = gemm_tiles(8192, 8192).unwrap();
+        assert!(tiles > MAX_GRID);
+        assert_eq!(grid_of(tiles), MAX_GRID as u32);
+    }
+
+    #[test]
+    fn every_argument_sits_in_the_low_bytes_of_its_slot() {
+        assert_eq!(Arg::F32(1.0).slot(), 0x3f80_0000);
+        assert_eq!(Arg::F64(1.0).slot(), 0x3ff0_0000_0000_0000);
+        assert_eq!(Arg::I32(-1).slot(), 0xffff_ffff);
+        assert_eq!(Arg::U32(7).slot(), 7);
+        assert_eq!(Arg::Pointer(0xdead_beef).slot(), 0xdead_beef);
+    }
 }

@@ -9,7 +9,8 @@
 //! - `ffi.rs`, `vmm.rs`: every raw driver call, each with its SAFETY reason;
 //! - `context.rs`, `ptx.rs`: the primary context, its kernels, their PTX;
 //! - `storage.rs`, `launch.rs`, `device.rs`, `event.rs`: memory, kernels,
-//!   stream work, events.
+//!   stream work, events;
+//! - `optimizer.rs`: each optimizer step's kernel, constants and slots.
 
 mod context;
 mod device;
@@ -17,6 +18,7 @@ mod driver;
 mod event;
 mod ffi;
 mod launch;
+mod optimizer;
 mod ptx;
 mod status;
 mod storage;
@@ -33,6 +35,12 @@ pub const KERNEL_NAMES: &[&str] = &context::FUNCTIONS;
 /// `major.minor`, as PTX text: needs an NVRTC library, not a GPU.
 pub fn compile_kernels(major: i32, minor: i32) -> Result<String, CudaUnavailable> {
     ptx::compile(major, minor).map(|ptx| ptx.to_string_lossy().into_owned())
+}
+
+/// The virtual architectures (`compute_XY` as `XY`) the NVRTC library found
+/// compiles for, and its version; `None` where there is no NVRTC.
+pub fn nvrtc_supported_archs() -> Option<((i32, i32), Vec<i32>)> {
+    ptx::supported_archs()
 }
 
 use std::sync::Arc;

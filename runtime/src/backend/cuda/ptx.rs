@@ -29,7 +29,12 @@ fn run_nvrtc(major: i32, minor: i32) -> Result<CString, String> {
     let source = CString::new(cistern_kernels::cuda::program()).map_err(|e| e.to_string())?;
     let name = CString::new("cistern.cu").map_err(|e| e.to_string())?;
     let program = result::create_program(&source, Some(&name)).map_err(|e| e.to_string())?;
-    let options = [format!("--gpu-architecture=compute_{major}{minor}")];
+    let mut options = vec![format!("--gpu-architecture=compute_{major}{minor}")];
+    options.extend(
+        cistern_kernels::cuda::NVRTC_OPTIONS
+            .iter()
+            .map(|o| o.to_string()),
+    );
     // SAFETY: `program` was just created; it is destroyed once, below.
     let outcome = unsafe {
         match result::compile_program(program, &options) {
@@ -52,6 +57,30 @@ fn text(raw: &[std::ffi::c_char]) -> String {
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8 as char)
         .collect()
+}
+
+/// The NVRTC library's version and the virtual architectures it compiles
+/// for (`compute_XY` as `XY`); `None` without NVRTC or when it fails.
+pub(super) fn supported_archs() -> Option<((i32, i32), Vec<i32>)> {
+    use cudarc::nvrtc::sys;
+    if !nvrtc_present() {
+        return None;
+    }
+    let query = || {
+        let (mut major, mut minor, mut count) = (0, 0, 0);
+        // SAFETY: each call writes the ints it is given.
+        let ok = unsafe {
+            sys::nvrtcVersion(&mut major, &mut minor) == sys::nvrtcResult::NVRTC_SUCCESS
+                && sys::nvrtcGetNumSupportedArchs(&mut count) == sys::nvrtcResult::NVRTC_SUCCESS
+        };
+        let mut archs = vec![0; usize::try_from(count).ok()?];
+        // SAFETY: `archs` holds the `count` ints NVRTC writes.
+        let listed = ok
+            && unsafe { sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
+                == sys::nvrtcResult::NVRTC_SUCCESS;
+        listed.then_some(((major, minor), archs))
+    };
+    catch_unwind(query).ok().flatten()
 }
 
 /// The build's PTX, when the build compiled one.
