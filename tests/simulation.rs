@@ -193,7 +193,16 @@ fn every_seeded_interleaving_keeps_every_invariant() {
     let mut failures = Vec::new();
     let mut total = world::Coverage::default();
     let (mut recoveries, mut lost) = (0, 0);
-    for &seed in &seeds {
+    for (done, &seed) in seeds.iter().enumerate() {
+        if done > 0 && done % 1000 == 0 {
+            // Long runs report as they go, so a cut-short run still says
+            // exactly what ran.
+            eprintln!(
+                "{done} seeds x {steps} steps in {:.1} s, {} failed: {total:?}, recoveries: {recoveries}, unrecoverable: {lost}",
+                started.elapsed().as_secs_f64(),
+                failures.len()
+            );
+        }
         match outcome(seed, steps, &skip) {
             Ok(world) => {
                 total.add(&world.seen);
