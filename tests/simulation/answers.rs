@@ -41,14 +41,24 @@ impl World {
                     step,
                 })),
                 Some(Ok(bytes)) if bytes_match(&expected, &bytes) => {
+                    self.hash(&bytes);
                     self.seen.reads_verified += 1;
                     Ok(None)
                 }
-                Some(Ok(bytes)) => Err(format!(
-                    "client {index}: the read of step {step} returned bytes the model did not write (first expected {:?}, got {:?})",
-                    expected.iter().take(8).collect::<Vec<_>>(),
-                    bytes.iter().take(8).collect::<Vec<_>>()
-                )),
+                Some(Ok(bytes)) => {
+                    let at = expected
+                        .iter()
+                        .zip(&bytes)
+                        .position(|(want, got)| want.is_some_and(|want| want != *got))
+                        .unwrap_or(0);
+                    let end = (at + 8).min(bytes.len());
+                    Err(format!(
+                        "client {index}: the read of step {step} returned bytes the model did not write: {} bytes, from byte {at} expected {:?}, got {:?}",
+                        bytes.len(),
+                        expected.get(at..end.min(expected.len())),
+                        bytes.get(at..end)
+                    ))
+                }
                 Some(Err(error)) => {
                     self.async_refusal(index, generation, &error, late("read", &error))
                 }
@@ -63,7 +73,10 @@ impl World {
                     generation,
                     step,
                 })),
-                Some(Ok(())) => Ok(None),
+                Some(Ok(())) => {
+                    self.hash(b"ok");
+                    Ok(None)
+                }
                 Some(Err(error)) => {
                     self.async_refusal(index, generation, &error, late("sync", &error))
                 }
@@ -78,7 +91,10 @@ impl World {
                     generation,
                     step,
                 })),
-                Some(Ok(())) => Ok(None),
+                Some(Ok(())) => {
+                    self.hash(b"ok");
+                    Ok(None)
+                }
                 Some(Err(error)) => {
                     self.async_refusal(index, generation, &error, late("launch", &error))
                 }
@@ -94,6 +110,7 @@ impl World {
                     step,
                 })),
                 Some(Ok(ContextState::Active { generation: now })) if now == generation + 1 => {
+                    self.recovered_to.insert(now);
                     Ok(None)
                 }
                 Some(Err(error))
@@ -117,6 +134,7 @@ impl World {
         error: &ServerError,
         message: String,
     ) -> Result<Option<Pending>, Failure> {
+        self.hash_answer(error);
         if let ServerError::ContextPoisoned(poison) = error
             && poison.generation != generation
         {

@@ -30,21 +30,27 @@ impl Watch {
         self.last.generation()
     }
 
-    /// The context moved only along the state machine's arrows, and the
-    /// generation only by one per recovery.
+    /// The context moved only along the state machine's arrows, the
+    /// generation only by one per recovery, and a recovery ended as the
+    /// probe faults left say (three failed probes in a row, a sticky or a
+    /// mismatched one: unrecoverable). True when a recovery ended as
+    /// predicted.
     pub fn check(
         &mut self,
         core: &ServerCore<TestBackend>,
         device: &TestDevice,
-        faults: &Faults,
-    ) -> Result<(), Failure> {
+        faults: &mut Faults,
+    ) -> Result<bool, Failure> {
         let now = core.context().clone();
         let (old, new) = (self.last.generation(), now.generation());
         if new != old {
             if new != old + 1 {
                 return Err(format!("the generation went from {old} to {new}"));
             }
-            if !matches!(self.last, ContextState::Retiring { .. }) || !now.is_active() {
+            // A recovery that ended as a capture began ends in capturing.
+            if !matches!(self.last, ContextState::Retiring { .. })
+                || !(now.is_active() || now.is_capturing())
+            {
                 return Err(format!(
                     "the generation advanced from {} to {}",
                     self.last.name(),
@@ -66,9 +72,23 @@ impl Watch {
                     | ("active", "capturing")
                     | ("capturing", "active")
                     | ("capturing", "poisoned")
+                    | ("capturing", "retiring")
+                    | ("retiring", "capturing")
             );
         if !allowed {
             return Err(format!("the context went from {} to {}", arrow.0, arrow.1));
+        }
+        let mut predicted = false;
+        if arrow.0 == "retiring" && arrow.1 != "retiring" {
+            if let Some(fails) = faults.next_recovery_fails() {
+                if fails != now.is_unrecoverable() {
+                    return Err(format!(
+                        "the probe faults say the recovery {}, but it ended {now:?}",
+                        if fails { "fails" } else { "succeeds" }
+                    ));
+                }
+                predicted = true;
+            }
         }
         if now.is_poisoned() && !faults.trap_possible(new) {
             return Err(format!("generation {new} was poisoned without a trap"));
@@ -84,7 +104,7 @@ impl Watch {
             ));
         }
         self.last = now;
-        Ok(())
+        Ok(predicted)
     }
 
     /// Accounting within limits; pages covered by slices without overlap;

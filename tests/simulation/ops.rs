@@ -16,53 +16,85 @@ impl World {
             && self.rng.chance_percent(60)
         {
             self.clients[index].saw_poison = None;
+            self.note(format!(
+                "step {} client {index}: invalidate({seen})",
+                self.step
+            ));
             return self.invalidate(index, seen);
+        }
+        if self.clients[index].recording.is_some() {
+            return self.capture_acts(index);
         }
         let has_live = !self.clients[index].live.is_empty();
         let roll = self.rng.below(100);
-        if self.trace {
-            eprintln!(
-                "step {} client {index} roll {roll} state {} live {:?}",
-                self.step,
-                self.core.context().name(),
-                self.clients[index]
-                    .live
-                    .iter()
-                    .map(|b| b.handle.id.0)
-                    .collect::<Vec<_>>()
-            );
-        }
-        match roll {
-            _ if !has_live || roll < 14 => self.reserve(index),
-            14..30 => self.write(index),
-            30..42 => self.fill(index),
-            42..50 => self.copy(index, true),
-            50..56 => self.copy(index, false),
-            56..72 => self.read(index),
-            72..80 => self.free(index),
-            80..85 => self.sync(index),
-            85..89 => self.maintain(index),
-            89..93 => self.use_stale(index),
-            93..96 => self.query(),
-            96..98 => self.invalidate(index, self.watch.generation().saturating_sub(1)),
+        let action = match roll {
+            _ if !has_live || roll < 12 => "reserve",
+            12..25 => "write",
+            25..34 => "fill",
+            34..40 => "copy kernel",
+            40..44 => "copy",
+            44..58 => "read",
+            58..64 => "free",
+            64..68 => "sync",
+            68..71 => "maintain",
+            71..74 => "use stale",
+            74..76 => "query",
+            76..78 => "invalidate",
+            78..83 => "launch batch",
+            83..85 => "optimizer step",
+            85..90 => "streams and events",
+            90..92 => "begin capture",
+            92..96 => "replay",
+            96..97 => "release graph",
+            _ => "trap or out of range",
+        };
+        self.note(format!(
+            "step {} client {index}: {action} (state {}, live {:?})",
+            self.step,
+            self.core.context().name(),
+            self.clients[index]
+                .live
+                .iter()
+                .map(|b| b.handle.id.0)
+                .collect::<Vec<_>>()
+        ));
+        match action {
+            "reserve" => self.reserve(index),
+            "write" => self.write(index),
+            "fill" => self.fill(index),
+            "copy kernel" => self.copy(index, true),
+            "copy" => self.copy(index, false),
+            "read" => self.read(index),
+            "free" => self.free(index),
+            "sync" => self.sync(index),
+            "maintain" => self.maintain(index),
+            "use stale" => self.use_stale(index),
+            "query" => self.query(),
+            "invalidate" => self.invalidate(index, self.watch.generation().saturating_sub(1)),
+            "launch batch" => self.launch_batch(index),
+            "optimizer step" => self.optimizer_step(index),
+            "streams and events" => self.streams_and_events(index),
+            "begin capture" => self.begin_capture(index),
+            "replay" => self.replay(index),
+            "release graph" => self.release_graph(index),
             _ if self.rng.below(100) < self.trap_percent * 50 => self.trap(index),
             _ => self.out_of_range(index),
         }
     }
 
-    fn pick(&mut self, index: usize) -> usize {
+    pub(super) fn pick(&mut self, index: usize) -> usize {
         self.rng.below(self.clients[index].live.len() as u64) as usize
     }
 
     /// A 4-aligned span of a buffer of `size` bytes: (offset, len).
-    fn span(&mut self, size: u64) -> (u64, u64) {
+    pub(super) fn span(&mut self, size: u64) -> (u64, u64) {
         let words = size / 4;
         let start = self.rng.below(words);
         let len = 1 + self.rng.below(words - start);
         (start * 4, len * 4)
     }
 
-    fn reserve(&mut self, index: usize) -> Result<(), Failure> {
+    pub(super) fn reserve(&mut self, index: usize) -> Result<(), Failure> {
         let size = match self.rng.below(20) {
             0 => 4 * (65_536 + self.rng.below(65_536)),
             1..5 => 4 * (1024 + self.rng.below(8192)),
@@ -137,7 +169,7 @@ impl World {
         let data: Vec<u8> = (0..len)
             .map(|i| (seed.wrapping_add(i * 31) >> 3) as u8)
             .collect();
-        let stream = self.clients[index].stream;
+        let stream = self.stream_for(index);
         let target = Region {
             buffer: handle,
             offset,
@@ -162,9 +194,14 @@ impl World {
     }
 
     /// Launches one kernel with a token; the model changes only if queued.
-    fn launch(&mut self, index: usize, what: &str, launch: KernelLaunch) -> Result<bool, Failure> {
+    pub(super) fn launch(
+        &mut self,
+        index: usize,
+        what: &str,
+        launch: KernelLaunch,
+    ) -> Result<bool, Failure> {
         let token = FailureToken::new();
-        let stream = self.clients[index].stream;
+        let stream = self.stream_for(index);
         let (before, after) = self.handle(Command::Launch {
             stream,
             launch,
@@ -249,7 +286,7 @@ impl World {
             );
             self.launch(index, "copy kernel", launch)?
         } else {
-            let stream = self.clients[index].stream;
+            let stream = self.stream_for(index);
             let (result, before, after) = self.call(|reply| Command::Copy {
                 stream,
                 source: Box::new(Region {
@@ -294,7 +331,7 @@ impl World {
         let handle = self.clients[index].live[slot].handle;
         let expected =
             self.clients[index].live[slot].bytes[offset as usize..(offset + len) as usize].to_vec();
-        let stream = self.clients[index].stream;
+        let stream = self.stream_for(index);
         let (reply, answer) = reply_channel();
         let (before, after) = self.handle(Command::Read {
             stream,
@@ -339,7 +376,7 @@ impl World {
     }
 
     fn sync(&mut self, index: usize) -> Result<(), Failure> {
-        let stream = self.clients[index].stream;
+        let stream = self.stream_for(index);
         let (reply, answer) = reply_channel();
         let (before, after) = self.handle(Command::Sync { stream, reply });
         match answer.try_recv() {
@@ -393,6 +430,11 @@ impl World {
     /// A handle of an older generation is refused with the stale error
     /// whenever the context admits work.
     fn use_stale(&mut self, index: usize) -> Result<(), Failure> {
+        let graphs = &self.clients[index].stale_graphs;
+        if !graphs.is_empty() && self.rng.chance_percent(40) {
+            let graph = graphs[self.rng.below(graphs.len() as u64) as usize];
+            return self.replay_stale(index, graph);
+        }
         let stale = &self.clients[index].stale;
         if stale.is_empty() {
             return self.read(index);
@@ -473,7 +515,7 @@ impl World {
         Ok(())
     }
 
-    fn invalidate(&mut self, index: usize, seen: u64) -> Result<(), Failure> {
+    pub(super) fn invalidate(&mut self, index: usize, seen: u64) -> Result<(), Failure> {
         let (reply, answer) = reply_channel();
         let (before, after) = self.handle(Command::Invalidate {
             seen_generation: seen,

@@ -1,6 +1,7 @@
 //! One seeded run: clients, the scheduler that interleaves them with the
 //! device, and the check of every answer against the model.
 
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Instant;
 
 use cistern::memory::{MemoryConfig, SplitMix64};
@@ -13,8 +14,14 @@ use cistern::runtime::{
 
 #[path = "answers.rs"]
 mod answers;
+#[path = "batches.rs"]
+mod batches;
+#[path = "capture.rs"]
+mod capture;
 #[path = "ops.rs"]
 mod ops;
+#[path = "streams.rs"]
+mod streams;
 
 use super::invariants::Watch;
 use super::model::{Buffer, Client, gate_code};
@@ -33,17 +40,39 @@ pub struct Faults {
     pub injected_transfers: u32,
     /// Generations in which a client launched a trap.
     pub trapped_generations: Vec<u64>,
+    /// The probe faults not used yet, as the server's injector holds them.
+    pub probe_faults: VecDeque<ProbeFault>,
 }
 
 impl Faults {
     /// Whether a kernel may have trapped in `generation`.
     pub fn trap_possible(&self, generation: u64) -> bool {
-        self.plan.trap_launch.is_some() || self.trapped_generations.contains(&generation)
+        self.plan.trap_launch.is_some()
+            || self.plan.launch_trap_rate.is_some()
+            || self.trapped_generations.contains(&generation)
+    }
+
+    /// How the next recovery must end, from the probe faults left (`true`:
+    /// unrecoverable), consuming the attempts it makes; `None` when an
+    /// injected trap may hit the probe's own kernel, so only the probe
+    /// faults cannot tell.
+    pub fn next_recovery_fails(&mut self) -> Option<bool> {
+        let exact = self.plan.trap_launch.is_none() && self.plan.launch_trap_rate.is_none();
+        for _attempt in 0..3 {
+            match self.probe_faults.pop_front() {
+                None => return exact.then_some(false),
+                Some(ProbeFault::OperationLocal) => continue,
+                Some(ProbeFault::Sticky | ProbeFault::Mismatch) => return exact.then_some(true),
+            }
+        }
+        // Three operation-local failures in a row are final.
+        exact.then_some(true)
     }
 
     /// Whether a recovery may legitimately fail.
     pub fn unrecoverable_possible(&self) -> bool {
         self.plan.trap_launch.is_some()
+            || self.plan.launch_trap_rate.is_some()
             || self
                 .plan
                 .probe_faults
@@ -68,6 +97,50 @@ pub struct Coverage {
     pub injected: u64,
     /// Slices moved by compaction.
     pub compacted: u64,
+    /// Commands sent, of every kind.
+    pub commands: u64,
+    /// Launch batches and optimizer steps queued.
+    pub batches: u64,
+    /// Batches refused whole for one bad launch.
+    pub batches_refused: u64,
+    /// Events recorded and waits on them queued.
+    pub events: u64,
+    /// Streams created and destroyed by clients.
+    pub streams: u64,
+    /// Graphs captured, and replays queued.
+    pub graphs: u64,
+    pub replays: u64,
+    /// Stale graphs refused as stale.
+    pub stale_graph_refusals: u64,
+    /// Refusals of a context that was already unrecoverable.
+    pub lost_refusals: u64,
+    /// Recoveries whose outcome the probe faults predicted, and matched.
+    pub predicted_recoveries: u64,
+    /// Runs that ended with every handle dropped and reserved at baseline.
+    pub baseline_checks: u64,
+}
+
+impl Coverage {
+    /// Adds another run's counts to these.
+    pub fn add(&mut self, other: &Coverage) {
+        self.reads_verified += other.reads_verified;
+        self.gate_refusals += other.gate_refusals;
+        self.stale_refusals += other.stale_refusals;
+        self.device_failures += other.device_failures;
+        self.injected += other.injected;
+        self.compacted += other.compacted;
+        self.commands += other.commands;
+        self.batches += other.batches;
+        self.batches_refused += other.batches_refused;
+        self.events += other.events;
+        self.streams += other.streams;
+        self.graphs += other.graphs;
+        self.replays += other.replays;
+        self.stale_graph_refusals += other.stale_graph_refusals;
+        self.lost_refusals += other.lost_refusals;
+        self.predicted_recoveries += other.predicted_recoveries;
+        self.baseline_checks += other.baseline_checks;
+    }
 }
 
 /// The whole simulated world of one seed.
@@ -86,6 +159,33 @@ pub struct World {
     pub seen: Coverage,
     /// Print each client's action (`CISTERN_SIM_TRACE`), for replaying a seed.
     pub trace: bool,
+    /// A hash of every command sent and every answer seen, in order.
+    pub trace_hash: u64,
+    /// The last client actions, printed with a failure.
+    pub recent: VecDeque<String>,
+    /// Reserved bytes once the clients' streams exist.
+    baseline_reserved: u64,
+    /// Generations that successful invalidates answered, each once.
+    pub recovered_to: BTreeSet<u64>,
+    /// The capture a client began, while the context still captures.
+    capture_in_progress: Option<cistern::runtime::CaptureId>,
+}
+
+/// Client actions kept for a failure's report.
+const RECENT: usize = 16;
+
+fn probe_faults_for(rng: &mut SplitMix64) -> Vec<ProbeFault> {
+    if rng.chance_percent(25) {
+        // Three failed probes in a row: the first recovery must fail.
+        return vec![ProbeFault::OperationLocal; 3];
+    }
+    (0..1 + rng.below(4))
+        .map(|_| match rng.below(10) {
+            0..6 => ProbeFault::OperationLocal,
+            6..8 => ProbeFault::Sticky,
+            _ => ProbeFault::Mismatch,
+        })
+        .collect()
 }
 
 fn plan_for(rng: &mut SplitMix64) -> FaultPlan {
@@ -99,13 +199,12 @@ fn plan_for(rng: &mut SplitMix64) -> FaultPlan {
     if rng.chance_percent(40) {
         plan = plan.with_failed_transfer(1 + rng.below(60));
     }
-    if rng.chance_percent(30) {
-        let fault = if rng.chance_percent(80) {
-            ProbeFault::OperationLocal
-        } else {
-            ProbeFault::Sticky
-        };
-        plan = plan.with_probe_faults([fault]);
+    if rng.chance_percent(35) {
+        plan = plan.with_probe_faults(probe_faults_for(rng));
+    }
+    if rng.chance_percent(10) {
+        let seed = rng.next_u64();
+        plan = plan.with_trap_rate(seed, 0.002);
     }
     plan
 }
@@ -134,6 +233,7 @@ impl World {
     pub fn new(seed: u64) -> Result<World, Failure> {
         let mut rng = SplitMix64::new(seed ^ 0x5EED_0FC1_57E2);
         let plan = plan_for(&mut rng);
+        let plan_probe_faults = plan.probe_faults.iter().copied().collect();
         let trap_percent = [0, 1, 2][rng.below(3) as usize];
         let speeds = (0..8)
             .map(|_| [1, 2, 8, 32][rng.below(4) as usize])
@@ -153,15 +253,10 @@ impl World {
                     other => return Err(format!("create_stream answered {other:?}")),
                 }
             };
-            clients.push(Client {
-                stream,
-                live: Vec::new(),
-                stale: Vec::new(),
-                saw_poison: None,
-                pending: Vec::new(),
-            });
+            clients.push(Client::new(stream));
         }
         let watch = Watch::new(core.context());
+        let baseline_reserved = core.memory().stats().reserved_bytes;
         Ok(World {
             core,
             device,
@@ -171,6 +266,7 @@ impl World {
                 injected_reservations: 0,
                 injected_transfers: 0,
                 trapped_generations: Vec::new(),
+                probe_faults: plan_probe_faults,
             },
             rng,
             step: 0,
@@ -179,6 +275,11 @@ impl World {
             speeds,
             seen: Coverage::default(),
             trace: std::env::var_os("CISTERN_SIM_TRACE").is_some(),
+            trace_hash: 0xcbf2_9ce4_8422_2325,
+            recent: VecDeque::with_capacity(RECENT),
+            baseline_reserved,
+            recovered_to: BTreeSet::new(),
+            capture_in_progress: None,
         })
     }
 
@@ -221,7 +322,12 @@ impl World {
     /// Checks every invariant and every answer that arrived.
     fn after_step(&mut self) -> Result<(), Failure> {
         let before = self.watch.generation();
-        self.watch.check(&self.core, &self.device, &self.faults)?;
+        let recovered = self
+            .watch
+            .check(&self.core, &self.device, &mut self.faults)?;
+        if recovered {
+            self.seen.predicted_recoveries += 1;
+        }
         if self.watch.generation() != before {
             // Recovery released the old generation: every handle is stale.
             let generation = self.watch.generation();
@@ -235,6 +341,13 @@ impl World {
                     .extend(old.into_iter().map(|buffer| buffer.handle));
                 client.stale.sort_by_key(|handle| handle.id);
                 client.stale.dedup();
+                let (graphs, old): (Vec<_>, Vec<_>) = std::mem::take(&mut client.graphs)
+                    .into_iter()
+                    .partition(|graph| graph.graph.generation == generation);
+                client.graphs = graphs;
+                client
+                    .stale_graphs
+                    .extend(old.into_iter().map(|graph| graph.graph));
             }
         }
         let generation = self.watch.generation();
@@ -249,7 +362,19 @@ impl World {
     /// Runs the device and the recovery until nothing is left to do, then
     /// demands an answer for every reply and token sent.
     pub fn drain(&mut self) -> Result<(), Failure> {
+        for index in 0..self.clients.len() {
+            if let Some(recording) = self.clients[index].recording.take() {
+                self.handle(Command::AbortCapture {
+                    capture: recording.capture,
+                });
+            }
+        }
         self.settle()?;
+        if let ContextState::Poisoned { generation, .. } = self.state() {
+            // Recover, so the teardown below runs on a live context.
+            self.invalidate(0, generation)?;
+            self.settle()?;
+        }
         if self.state().is_active() {
             // Every byte the model knows, read back once more: catches what
             // a move or a reuse broke after the last read of a buffer.
@@ -260,6 +385,21 @@ impl World {
             }
             self.settle()?;
         }
+        self.every_reply_answered()?;
+        let generation = self.state().generation();
+        if self.recovered_to != (1..=generation).collect() {
+            return Err(format!(
+                "generation {generation}, but successful invalidates answered {:?}",
+                self.recovered_to
+            ));
+        }
+        if self.state().is_active() {
+            self.drop_everything()?;
+        }
+        Ok(())
+    }
+
+    fn every_reply_answered(&self) -> Result<(), Failure> {
         for (index, client) in self.clients.iter().enumerate() {
             if let Some(pending) = client.pending.first() {
                 return Err(format!(
@@ -268,6 +408,50 @@ impl World {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Every client drops every handle (buffers before the graphs that pin
+    /// them, events, streams); after the device drains and a reclaim,
+    /// reserved memory is back at the baseline and nothing is allocated.
+    fn drop_everything(&mut self) -> Result<(), Failure> {
+        for index in 0..self.clients.len() {
+            let client = &mut self.clients[index];
+            let buffers: Vec<_> = client.live.drain(..).map(|b| b.handle).collect();
+            let graphs: Vec<_> = client.graphs.drain(..).map(|g| g.graph).collect();
+            let events: Vec<_> = client.events.drain(..).collect();
+            let streams: Vec<_> = client.extra_streams.drain(..).collect();
+            for buffer in buffers {
+                self.handle(Command::Free { buffer });
+            }
+            for graph in graphs {
+                self.handle(Command::ReleaseGraph { graph });
+            }
+            for event in events {
+                self.handle(Command::ReleaseEvent { event });
+            }
+            for stream in streams {
+                let (result, ..) = self.call(|reply| Command::DestroyStream { stream, reply })?;
+                result.map_err(|error| format!("destroy stream at the end: {error}"))?;
+            }
+        }
+        self.settle()?;
+        let (released, ..) = self.call(|reply| Command::Reclaim { reply })?;
+        released.map_err(|error| format!("the final reclaim: {error}"))?;
+        let stats = self.core.memory().stats();
+        if stats.reserved_bytes != self.baseline_reserved
+            || stats.in_use_bytes != 0
+            || stats.live_allocations != 0
+        {
+            return Err(format!(
+                "every handle dropped and reclaimed, yet {} bytes reserved (baseline {}), {} in use, {} live allocations",
+                stats.reserved_bytes,
+                self.baseline_reserved,
+                stats.in_use_bytes,
+                stats.live_allocations
+            ));
+        }
+        self.seen.baseline_checks += 1;
         Ok(())
     }
 
@@ -299,8 +483,41 @@ impl World {
     /// Handles `command` and returns the state before and after it.
     fn handle(&mut self, command: Command) -> (ContextState, ContextState) {
         let before = self.state();
+        self.seen.commands += 1;
+        self.hash(command.kind().as_bytes());
         self.core.handle(command);
-        (before, self.state())
+        let after = self.state();
+        if !after.is_capturing() {
+            self.capture_in_progress = None;
+        }
+        self.hash(&after.generation().to_le_bytes());
+        self.hash(after.name().as_bytes());
+        (before, after)
+    }
+
+    /// Folds `bytes` into the run's trace hash (FNV-1a: stable across builds).
+    pub fn hash(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.trace_hash = (self.trace_hash ^ u64::from(*byte)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    /// Folds an answer into the trace hash.
+    pub fn hash_answer<T: std::fmt::Debug>(&mut self, answer: &T) {
+        let text = format!("{answer:?}");
+        self.hash(text.as_bytes());
+    }
+
+    /// Notes a client action for the failure report and the trace hash.
+    pub fn note(&mut self, action: String) {
+        self.hash(action.as_bytes());
+        if self.trace {
+            eprintln!("{action}");
+        }
+        if self.recent.len() == RECENT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(action);
     }
 
     /// Sends a command answered at once; returns its answer and the states.
@@ -311,7 +528,10 @@ impl World {
         let (reply, answer) = reply_channel();
         let (before, after) = self.handle(make(reply));
         match answer.try_recv() {
-            Ok(result) => Ok((result, before, after)),
+            Ok(result) => {
+                self.hash_answer(&result);
+                Ok((result, before, after))
+            }
             Err(error) => Err(format!(
                 "a command the server answers itself was not answered: {error:?}"
             )),
@@ -333,6 +553,9 @@ impl World {
         let gates = [gate_code(before), gate_code(after)];
         match result {
             Ok(_) if gates.contains(&None) => Ok(()),
+            // A recovery that ended as the command began: it ran in the
+            // new generation's active context.
+            Ok(_) if after.generation() > before.generation() => Ok(()),
             Ok(_) => Err(format!(
                 "{what} succeeded in state {} (after: {})",
                 before.name(),
@@ -348,6 +571,9 @@ impl World {
                         poison.generation,
                         before.generation()
                     ));
+                }
+                if before.is_unrecoverable() {
+                    self.seen.lost_refusals += 1;
                 }
                 if code == ErrorCode::DevicePoisoned {
                     self.clients[index].saw_poison = Some(after.generation());

@@ -8,6 +8,7 @@
 use cistern_optim::{AdamConfig, AdamWConfig, GradScaler, OptimizerConfig, SgdConfig};
 use cistern_runtime::{AllocationPolicy, KernelLaunch, ScaleRule};
 
+use super::guard::latches;
 use super::step::refuse_device_count;
 use super::store::DeviceParamStore;
 use crate::compute::Buffer;
@@ -20,9 +21,10 @@ impl DeviceParamStore {
     /// when skipped: the parameters and optimizer state are untouched, the
     /// pending forward is consumed, the step count does not advance and the
     /// scaler backs off; otherwise its growth tracker advances (PyTorch's
-    /// `_amp_update_scale_`). One sync: the 4-byte flag read. A device
-    /// failure is returned (latching the store) and leaves the scaler as it
-    /// was; a backoff that would make the scale 0 or subnormal is
+    /// `_amp_update_scale_`). One sync: the 4-byte flag read, retried once
+    /// after a failed transfer. A device failure, or a flag read that fails
+    /// twice, is returned (latching the store: the queued step's outcome is
+    /// unknown) and leaves the scaler as it was; a backoff that would make the scale 0 or subnormal is
     /// `InvalidArgument` after the (skipped) step, the scaler unchanged.
     pub fn step_amp(
         &mut self,
@@ -72,8 +74,7 @@ impl DeviceParamStore {
         let step = prepared.step.clone().with_found_inf(word);
         let token = self.send_step(step, prepared.before.clone())?;
         self.commit(token, &prepared, prepared.steps + 1);
-        let read = self.client.read_found_inf(self.stream.id, &flag);
-        let skipped = self.after_wait(read)?;
+        let skipped = self.read_flag_of_queued_step(&flag)?;
         if skipped {
             self.recount(prepared.steps);
         }
@@ -81,6 +82,27 @@ impl DeviceParamStore {
             .update(skipped)
             .map_err(|error| AutodiffError::InvalidArgument(error.to_string()))?;
         Ok(skipped)
+    }
+
+    /// The found-inf flag of a step already queued. Its value decides the
+    /// step count and the scaler's update, so an error here must not look
+    /// like a refusal that changed nothing: an operation-local failure of
+    /// the read (a transfer) is retried once, and any failure after that
+    /// latches the store.
+    fn read_flag_of_queued_step(&self, flag: &Buffer) -> Result<bool, BackendError> {
+        let mut read = self.client.read_found_inf(self.stream.id, flag);
+        if let Err(error) = &read
+            && !latches(&BackendError::from(error.clone()))
+        {
+            read = self.client.read_found_inf(self.stream.id, flag);
+        }
+        self.after_wait(read).map_err(|error| {
+            if self.is_poisoned() {
+                error
+            } else {
+                self.latch(error)
+            }
+        })
     }
 
     /// The store's AMP words (the found-inf flag, then the device form's

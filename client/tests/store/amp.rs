@@ -126,3 +126,81 @@ fn amp_adamw_with_infinities_and_nan_matches_the_reference_scaler() {
         ..AdamWConfig::default()
     }));
 }
+
+/// Regression (found by the store simulation): a transfer failure of the
+/// flag read after the step was queued answered `TransferFailed` with the
+/// store unlatched, its parameters stepped and its count advanced, so the
+/// refusal looked operation-local while the step had run.
+#[test]
+fn a_failed_flag_read_after_a_queued_amp_step_never_looks_like_a_refusal() {
+    use cistern_runtime::{DeviceOptions, FaultPlan};
+    let config = SgdConfig {
+        lr: 0.002,
+        momentum: 0.9,
+        ..SgdConfig::default()
+    };
+    let model = model(0xA4);
+    let mut stepped = 0;
+    for n in 1..=12 {
+        let client = super::common::open_with(
+            DeviceOptions::with_memory_limit(64 << 20)
+                .with_faults(FaultPlan::none().with_failed_transfer(n)),
+        );
+        let params: Vec<&Tensor<f32>> = model.params.iter().collect();
+        let Ok(mut store) = cistern_client::DeviceParamStore::new(&Tape::new(&client), &params)
+        else {
+            continue;
+        };
+        let tape = Tape::new(&client);
+        let Ok(leaves) = store.register_resident_params(&tape) else {
+            continue;
+        };
+        let Ok(value) = loss(&store, &tape, &leaves, &model) else {
+            continue;
+        };
+        let mut scaler = scaler();
+        let Ok(scaled) = tape.scale(&value, scaler.scale()) else {
+            continue;
+        };
+        let Ok(gradients) = store.backward(&tape, &scaled) else {
+            continue;
+        };
+        let Ok(staged) = store.resident_grads_to_host() else {
+            continue;
+        };
+        let grads: Vec<Tensor<f32>> = staged.into_iter().flatten().collect();
+        match store.step_amp(&gradients, &config, &mut scaler) {
+            Ok(skipped) => {
+                assert!(!skipped, "transfer failure {n}");
+                let config = OptimizerConfig::Sgd(config.clone());
+                let mut want = ReferenceState::new(&config, flat(&model.params));
+                let inv_scale = f64::from(self::scaler().inv_scale());
+                let unscaled: Vec<f64> = flat(&grads).iter().map(|g| g * inv_scale).collect();
+                let segments = segments(&model.params);
+                ok(
+                    reference::step(&config, 1, &segments, &unscaled, &mut want),
+                    "reference",
+                );
+                // The injected failure may be this read's: one retry.
+                let read = store.sync_to_host().or_else(|_| store.sync_to_host());
+                let got = flat32(&ok(read, "sync_to_host"));
+                let error = max_relative_error(&got, &want.params, PARAM_FLOOR);
+                assert!(error <= TOLERANCE, "transfer failure {n}: {error}");
+                assert_eq!(store.steps(), 1, "transfer failure {n}");
+                stepped += 1;
+            }
+            Err(error) => {
+                // Refused: either nothing changed, or the store is latched.
+                match store.sync_to_host() {
+                    Ok(values) => {
+                        assert!(!store.is_poisoned(), "transfer failure {n}");
+                        assert_eq!(values, model.params, "transfer failure {n}: {error:?}");
+                        assert_eq!(store.steps(), 0, "transfer failure {n}");
+                    }
+                    Err(_) => assert!(store.is_poisoned(), "transfer failure {n}"),
+                }
+            }
+        }
+    }
+    assert!(stepped > 0);
+}
