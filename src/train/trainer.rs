@@ -3,7 +3,7 @@
 //! tape forward, the store's backward and the store's fused step of any
 //! family, with or without AMP.
 
-use cistern_client::{AutodiffError, Tape, Tensor};
+use cistern_client::{Tape, Tensor};
 use cistern_optim::{GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig};
 
 use super::args::StepPath;
@@ -152,9 +152,9 @@ fn tape_step(
                 OptimizerConfig::Adam(c) => store.step_adam_amp(&gradients, c, scaler)?,
                 OptimizerConfig::AdamW(c) => store.step_adamw_amp(&gradients, c, scaler)?,
                 _ => {
-                    return Err(Failure::from(AutodiffError::InvalidArgument(
+                    return Err(Failure::Usage(
                         "--amp works with --optimizer sgd, adam or adamw".into(),
-                    )));
+                    ));
                 }
             }
         }

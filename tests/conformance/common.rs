@@ -1,7 +1,7 @@
 //! What every check shares: the devices to run on and small helpers.
 
 use cistern::client::ComputeClient;
-use cistern::runtime::{Device, DeviceOptions, ServerError, absent_backends, list_devices};
+use cistern::runtime::{Device, DeviceOptions, absent_backends, list_devices};
 
 /// Every device present on this machine. A backend built in but absent is
 /// said loudly; a missing wgpu adapter fails the run under
@@ -44,7 +44,7 @@ pub fn open_with(device: Device, options: DeviceOptions) -> ComputeClient {
 }
 
 /// The value of a call every check expects to succeed.
-pub fn ok<T>(result: Result<T, ServerError>, what: &str) -> T {
+pub fn ok<T, E: std::fmt::Display>(result: Result<T, E>, what: &str) -> T {
     match result {
         Ok(value) => value,
         Err(error) => panic!("{what} failed: {error}"),

@@ -16,15 +16,8 @@ use cistern::optim::{
 };
 use cistern::runtime::{Activation, Device, DeviceOptions, FaultPlan};
 
-use super::common::{open, open_with};
+use super::common::{ok, open, open_with};
 use super::optim_reference::{PARAM_FLOOR, cancelling_tolerance, max_relative_error};
-
-fn fine<T, E: std::fmt::Display>(result: Result<T, E>, what: &str) -> T {
-    match result {
-        Ok(value) => value,
-        Err(error) => panic!("{what} failed: {error}"),
-    }
-}
 
 /// `tanh(x·W1ᵀ + b1)·W2ᵀ + b2` on a small regression problem.
 struct Model {
@@ -46,7 +39,7 @@ fn random(rng: &mut SplitMix64, shape: &[usize]) -> Tensor<f32> {
             }
         })
         .collect();
-    fine(Tensor::new(shape.to_vec(), data), "a tensor")
+    ok(Tensor::new(shape.to_vec(), data), "a tensor")
 }
 
 fn model(seed: u64) -> Model {
@@ -65,7 +58,7 @@ fn model(seed: u64) -> Model {
 
 fn store(client: &ComputeClient, model: &Model) -> DeviceParamStore {
     let params: Vec<&Tensor<f32>> = model.params.iter().collect();
-    fine(
+    ok(
         DeviceParamStore::new(&Tape::new(client), &params),
         "the store",
     )
@@ -78,12 +71,12 @@ fn loss<'t>(
     leaves: &[ResidentLeaf<'t>],
     model: &Model,
 ) -> Var<'t> {
-    let x = fine(tape.upload(&model.x), "upload x");
-    let y = fine(tape.upload(&model.y), "upload y");
+    let x = ok(tape.upload(&model.x), "upload x");
+    let y = ok(tape.upload(&model.y), "upload y");
     let tanh = Activation::Tanh;
     let h = store.linear_forward_with_activation(tape, &x, &leaves[0], Some(&leaves[1]), tanh);
-    let pred = store.linear_forward(tape, &fine(h, "layer 1"), &leaves[2], Some(&leaves[3]));
-    fine(tape.mse_loss(&fine(pred, "layer 2"), &y), "mse")
+    let pred = store.linear_forward(tape, &ok(h, "layer 1"), &leaves[2], Some(&leaves[3]));
+    ok(tape.mse_loss(&ok(pred, "layer 2"), &y), "mse")
 }
 
 fn step_with(
@@ -162,19 +155,19 @@ pub fn every_optimizer_family_through_the_store_matches_the_reference(device: De
         let mut want = ReferenceState::new(&config, wide(&flat(&model.params)));
         for step in 1..=10 {
             let tape = Tape::new(&client);
-            let leaves = fine(store.register_resident_params(&tape), "register");
+            let leaves = ok(store.register_resident_params(&tape), "register");
             let value = loss(&store, &tape, &leaves, &model);
-            let gradients = fine(store.backward(&tape, &value), "backward");
-            let staged = fine(store.resident_grads_to_host(), "staged gradients");
+            let gradients = ok(store.backward(&tape, &value), "backward");
+            let staged = ok(store.resident_grads_to_host(), "staged gradients");
             let staged: Vec<Tensor<f32>> = staged.into_iter().flatten().collect();
             assert_eq!(staged.len(), 4, "{device}: every slot is staged");
-            fine(step_with(&mut store, &gradients, &config), "step");
+            ok(step_with(&mut store, &gradients, &config), "step");
             let grads = wide(&flat(&staged));
-            fine(
+            ok(
                 reference::step(&config, step, &segments, &grads, &mut want),
                 "reference",
             );
-            let got = flat(&fine(store.sync_to_host(), "sync_to_host"));
+            let got = flat(&ok(store.sync_to_host(), "sync_to_host"));
             let error = max_relative_error(&got, &want.params, PARAM_FLOOR);
             assert!(
                 error <= cancelling_tolerance(device),
@@ -212,25 +205,25 @@ pub fn the_device_chain_step_matches_the_tape_and_step(device: Device) {
     let tolerance = cancelling_tolerance(device);
     for step in 1..=5 {
         let tape = Tape::new(&client);
-        let leaves = fine(chained.snapshot_resident_params(&tape), "snapshot");
+        let leaves = ok(chained.snapshot_resident_params(&tape), "snapshot");
         let sent = chained.train_step_device_chain(&chain(&leaves), &model.x, &model.y, &config);
-        let chain_loss = fine(
-            chained.read_train_step_loss(&fine(sent, "chain step")),
+        let chain_loss = ok(
+            chained.read_train_step_loss(&ok(sent, "chain step")),
             "loss",
         );
         let tape = Tape::new(&client);
-        let leaves = fine(taped.register_resident_params(&tape), "register");
+        let leaves = ok(taped.register_resident_params(&tape), "register");
         let value = loss(&taped, &tape, &leaves, &model);
-        let gradients = fine(taped.backward(&tape, &value), "backward");
-        fine(taped.step(&gradients, &config), "step");
-        let tape_loss = fine(value.item(), "tape loss");
+        let gradients = ok(taped.backward(&tape, &value), "backward");
+        ok(taped.step(&gradients, &config), "step");
+        let tape_loss = ok(value.item(), "tape loss");
         let error = max_relative_error(&[chain_loss], &[f64::from(tape_loss)], PARAM_FLOOR);
         assert!(
             error <= tolerance,
             "{device}, step {step}: loss {chain_loss} vs {tape_loss}"
         );
-        let got = flat(&fine(chained.sync_to_host(), "chain params"));
-        let want = wide(&flat(&fine(taped.sync_to_host(), "tape params")));
+        let got = flat(&ok(chained.sync_to_host(), "chain params"));
+        let want = wide(&flat(&ok(taped.sync_to_host(), "tape params")));
         let error = max_relative_error(&got, &want, PARAM_FLOOR);
         assert!(
             error <= tolerance,
@@ -245,16 +238,16 @@ pub fn the_device_chain_prediction_matches_the_tape_forward(device: Device) {
     let model = model(0x5703);
     let store = store(&client, &model);
     let tape = Tape::new(&client);
-    let leaves = fine(store.snapshot_resident_params(&tape), "snapshot");
-    let predicted = fine(
+    let leaves = ok(store.snapshot_resident_params(&tape), "snapshot");
+    let predicted = ok(
         store.predict_device_chain(&chain(&leaves), &model.x),
         "predict",
     );
-    let x = fine(tape.upload(&model.x), "upload x");
+    let x = ok(tape.upload(&model.x), "upload x");
     let tanh = Activation::Tanh;
     let h = store.linear_forward_with_activation(&tape, &x, &leaves[0], Some(&leaves[1]), tanh);
-    let out = store.linear_forward(&tape, &fine(h, "layer 1"), &leaves[2], Some(&leaves[3]));
-    let want = fine(fine(out, "layer 2").to_host(), "forward");
+    let out = store.linear_forward(&tape, &ok(h, "layer 1"), &leaves[2], Some(&leaves[3]));
+    let want = ok(ok(out, "layer 2").to_host(), "forward");
     assert_eq!(predicted.shape(), want.shape(), "{device}");
     let error = max_relative_error(predicted.data(), &wide(want.data()), PARAM_FLOOR);
     assert!(error <= cancelling_tolerance(device), "{device}: {error:e}");
@@ -262,13 +255,13 @@ pub fn the_device_chain_prediction_matches_the_tape_forward(device: Device) {
 
 /// One SGD step of `store`; the launches it queued, from the launch log.
 fn one_step(client: &ComputeClient, store: &mut DeviceParamStore, model: &Model) -> Vec<String> {
-    fine(client.take_launch_log(true), "launch log on");
+    ok(client.take_launch_log(true), "launch log on");
     let tape = Tape::new(client);
-    let leaves = fine(store.register_resident_params(&tape), "register");
+    let leaves = ok(store.register_resident_params(&tape), "register");
     let value = loss(store, &tape, &leaves, model);
-    let gradients = fine(store.backward(&tape, &value), "backward");
-    fine(store.step(&gradients, &SgdConfig::default()), "step");
-    let log = fine(client.take_launch_log(false), "launch log");
+    let gradients = ok(store.backward(&tape, &value), "backward");
+    ok(store.step(&gradients, &SgdConfig::default()), "step");
+    let log = ok(client.take_launch_log(false), "launch log");
     log.iter()
         .map(|launch| launch.kernel.name().to_string())
         .collect()
@@ -320,10 +313,10 @@ fn staged_gradients(device: Device, model: &Model) -> Vec<f32> {
     let client = open(device);
     let mut store = store(&client, model);
     let tape = Tape::new(&client);
-    let leaves = fine(store.register_resident_params(&tape), "register");
+    let leaves = ok(store.register_resident_params(&tape), "register");
     let value = loss(&store, &tape, &leaves, model);
-    fine(store.backward(&tape, &value), "backward");
-    let staged = fine(store.resident_grads_to_host(), "staged gradients");
+    ok(store.backward(&tape, &value), "backward");
+    let staged = ok(store.resident_grads_to_host(), "staged gradients");
     flat(&staged.into_iter().flatten().collect::<Vec<_>>())
 }
 
@@ -354,24 +347,24 @@ fn device_amp_run(device: Device, model: &Model, steps: u64) -> (Vec<f32>, Strin
         growth_interval: 2,
         ..GradScalerConfig::default()
     });
-    let scaler = fine(scaler, "a scaler");
+    let scaler = ok(scaler, "a scaler");
     let config = AdamWConfig {
         lr: 1e-3,
         ..Default::default()
     };
     for _ in 0..steps {
         let tape = Tape::new(&client);
-        let leaves = fine(store.register_resident_params(&tape), "register");
+        let leaves = ok(store.register_resident_params(&tape), "register");
         let value = loss(&store, &tape, &leaves, model);
-        let scaled = fine(tape.scale(&value, scaler.scale()), "scaled loss");
-        let gradients = fine(store.backward(&tape, &scaled), "backward");
-        fine(
+        let scaled = ok(tape.scale(&value, scaler.scale()), "scaled loss");
+        let gradients = ok(store.backward(&tape, &scaled), "backward");
+        ok(
             store.step_adamw_amp_on_device(&gradients, &config, &scaler),
             "AMP step",
         );
     }
-    let words = fine(store.device_amp_state(), "device AMP state");
-    let params = flat(&fine(store.sync_to_host(), "sync_to_host"));
+    let words = ok(store.device_amp_state(), "device AMP state");
+    let params = flat(&ok(store.sync_to_host(), "sync_to_host"));
     (params, format!("{words:?}"))
 }
 
