@@ -10,13 +10,10 @@
 //! rose 50–60 % and the round trip's p99 fell from 550–720 to 350–370 ns
 //! (`bench roundtrip`, `docs/benchmarks.md`, "roundtrip").
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::sync::poll_patiently;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Arc, Condvar, Mutex, poll_patiently};
 
 /// Items a drained queue keeps room for when it goes back to the sender.
 pub const KEPT_CAPACITY: usize = 8192;
