@@ -111,6 +111,21 @@ pub fn poll_patiently<T>(
     attempt()
 }
 
+/// The time now, for the bounds of waits (`Instant::now`).
+#[cfg(not(feature = "model-check"))]
+pub fn now() -> std::time::Instant {
+    std::time::Instant::now()
+}
+
+/// The time now, for the bounds of waits: under the model time stands
+/// still (an interleaving must not depend on the host's clock), so no
+/// bound ever passes.
+#[cfg(feature = "model-check")]
+pub fn now() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
 /// Calls `ready` up to `polls` times, spinning between calls; whether it
 /// said yes (the caller then waits its own way).
 pub fn spin_briefly(polls: u32, mut ready: impl FnMut() -> bool) -> bool {

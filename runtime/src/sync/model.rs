@@ -300,6 +300,11 @@ impl<T> Receiver<T> {
         std::iter::from_fn(|| self.try_recv().ok())
     }
 
+    /// Receives until every sender is gone.
+    pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
+        std::iter::from_fn(|| self.recv().ok())
+    }
+
     /// Items queued and not yet received.
     pub fn len(&self) -> usize {
         self.0.queue.lock().items.len()
@@ -308,6 +313,24 @@ impl<T> Receiver<T> {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The items of a [`Receiver`], until every sender is gone.
+pub struct IntoIter<T>(Receiver<T>);
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.0.recv().ok()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter(self)
     }
 }
 
