@@ -17,8 +17,8 @@ use cistern_runtime::sync::{
 };
 use cistern_runtime::testing::{Run, TestDevice, TestServer, trap_poison};
 use cistern_runtime::{
-    Command, ContextState, DEFAULT_STREAM, FailureToken, FaultPlan, Health, PendingToken,
-    ServerError, ServerHandle, spawn,
+    Binding, BufferRef, Command, ContextState, DEFAULT_STREAM, FailureToken, FaultPlan, GraphRef,
+    Health, KernelLaunch, PendingToken, ServerError, ServerHandle, spawn,
 };
 
 /// The preemption bound of the primitives' models when
@@ -363,6 +363,59 @@ fn two_invalidates_of_one_poisoning_advance_the_generation_once() {
             vec![1],
             "one recovery, one reset"
         );
+        assert_eq!(server.shutdown(), Ok(()));
+    });
+}
+
+/// A server holding one 64-byte allocation and a graph that uses it.
+fn serve_a_graph() -> (Arc<ServerHandle>, TestDevice, BufferRef, GraphRef) {
+    let mut harness = TestServer::new();
+    let buffer = harness.reserve(64);
+    let capture = harness.call(|reply| Command::BeginCapture {
+        stream: DEFAULT_STREAM,
+        reply,
+    });
+    let capture = capture.unwrap_or_else(|error| panic!("the capture begins: {error}"));
+    let binding = Binding {
+        buffer,
+        offset: 0,
+        size: 64,
+    };
+    let launches = vec![KernelLaunch::fill(binding, 1.0)];
+    let recorded = harness.call(|reply| Command::CaptureLaunch {
+        capture,
+        launches,
+        reply,
+    });
+    assert_eq!(recorded, Ok(()));
+    let graph = harness.call(|reply| Command::EndCapture { capture, reply });
+    let graph = graph.unwrap_or_else(|error| panic!("the capture ends: {error}"));
+    let TestServer { core, device } = harness;
+    match spawn(core) {
+        Ok(handle) => (Arc::new(handle), device, buffer, graph.graph),
+        Err(error) => panic!("the server thread starts: {error}"),
+    }
+}
+
+#[test]
+fn a_free_racing_the_release_of_the_graph_holding_it_frees_it_once() {
+    check("deferred-free", SERVER_PREEMPTIONS, || {
+        let (server, _device, buffer, graph) = serve_a_graph();
+        let send = |command: Command| {
+            let server = server.clone();
+            thread::spawn(move || server.send(command))
+        };
+        // The last handle's drop, and the graph's owner letting it go.
+        let senders = [
+            send(Command::Free { buffer }),
+            send(Command::ReleaseGraph { graph }),
+        ];
+        for sender in senders {
+            assert_eq!(sender.join().ok(), Some(Ok(())));
+        }
+        let stats = server.call(|reply| Command::MemoryStats { reply });
+        let live = stats.map(|stats| stats.live_allocations);
+        assert_eq!(live, Ok(0), "freed whichever came first");
         assert_eq!(server.shutdown(), Ok(()));
     });
 }
