@@ -3,8 +3,9 @@
 //! thread over the test device) under every interleaving loom explores
 //! within its preemption bound. A hang is a deadlock loom reports.
 //!
-//! `cargo test -p cistern-runtime --features model-check --test model_check`;
-//! `LOOM_MAX_PREEMPTIONS` overrides the bound (see `docs/reliability.md`,
+//! `cargo test -p cistern-runtime --no-default-features --features
+//! model-check --test model_check -- --nocapture` (as CI runs it);
+//! `LOOM_MAX_PREEMPTIONS` overrides the bounds (see `docs/reliability.md`,
 //! "Concurrency model checking").
 
 use std::sync::atomic::{AtomicUsize, Ordering};
