@@ -1,9 +1,7 @@
 //! `FailureToken`: how the outcome of asynchronous work reaches its owner.
 
-use std::sync::Arc;
-
 use crate::ServerError;
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{Arc, Condvar, Mutex};
 
 /// The outcome of one piece of asynchronous work (a launch, a batch),
 /// shared between its owner and the executor that runs it.

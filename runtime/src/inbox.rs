@@ -10,13 +10,10 @@
 //! rose 50–60 % and the round trip's p99 fell from 550–720 to 350–370 ns
 //! (`bench roundtrip`, `docs/benchmarks.md`, "roundtrip").
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
-
-use crate::sync::poll_patiently;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Arc, Condvar, Mutex, now, poll_patiently};
 
 /// Items a drained queue keeps room for when it goes back to the sender.
 pub const KEPT_CAPACITY: usize = 8192;
@@ -150,11 +147,11 @@ impl<T> InboxReceiver<T> {
     /// Waits until something is queued, the sender is gone, or `timeout`
     /// (if any) passes; polls (yielding the CPU) for `patience` before it sleeps.
     pub fn wait(&self, patience: Duration, timeout: Option<Duration>) -> Waited {
-        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let deadline = timeout.map(|timeout| now() + timeout);
         let polled = poll_patiently(patience, || {
             if self.has_queued() {
                 Some(Waited::Ready)
-            } else if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            } else if deadline.is_some_and(|deadline| now() >= deadline) {
                 Some(Waited::TimedOut)
             } else {
                 None

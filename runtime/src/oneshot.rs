@@ -10,11 +10,8 @@
 //! (p99 0.6–0.9 µs). `bench roundtrip` measures it (`docs/benchmarks.md`,
 //! "roundtrip").
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use crossbeam_channel::{RecvError, SendError, TryRecvError};
-use parking_lot::{Condvar, Mutex};
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{Arc, Condvar, Mutex, RecvError, SendError, TryRecvError};
 
 enum State<T> {
     Empty,

@@ -5,12 +5,11 @@
 //! last command was answered: good enough to refuse early (a store checks
 //! it at every entry), never a substitute for the server's own gate.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use serde::{Deserialize, Serialize};
 
 use super::context::ContextState;
+use crate::sync::Arc;
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// The health of a device context, without the details of its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -2,7 +2,6 @@
 //! through, and the record of why the server ended.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,8 +15,8 @@ use crate::command::{Command, ServerId};
 use crate::device::default_cpu_memory_limit;
 use crate::fault::panic_message;
 use crate::sync::{
-    Answer, Condvar, InboxReceiver, InboxSender, Mutex, PATIENCE, Receiver, Reply, Waited, inbox,
-    recv_patiently, reply_channel, unbounded,
+    Answer, Arc, Condvar, InboxReceiver, InboxSender, Mutex, PATIENCE, Receiver, Reply, Waited,
+    inbox, recv_patiently, reply_channel, spin_briefly, thread, unbounded,
 };
 use crate::{Device, DeviceOptions, ServerError};
 
@@ -108,6 +107,7 @@ fn start<B: Backend>(
 
 /// A fresh id for a server of this process.
 pub fn next_server_id() -> ServerId {
+    // A counter, not a meeting point: std's atomic, so it can be a static.
     static NEXT: AtomicU64 = AtomicU64::new(1);
     ServerId(NEXT.fetch_add(1, Ordering::Relaxed))
 }
@@ -120,7 +120,7 @@ pub fn spawn<B: Backend>(core: ServerCore<B>) -> Result<ServerHandle, ServerErro
     let (inbox, commands) = inbox();
     let end = Arc::new(ServerEnd::default());
     let thread_end = end.clone();
-    std::thread::Builder::new()
+    thread::Builder::new()
         .name(format!("cistern-{}-server", device).replace(':', ""))
         .spawn(move || serve(core, commands, &thread_end))
         .map_err(|e| ServerError::DeviceUnavailable {
@@ -251,7 +251,7 @@ impl ServerHandle {
     /// error says why (`ServerPanicked`, `ServerGone`).
     pub fn send(&self, command: Command) -> Result<(), ServerError> {
         if self.inbox.len() > INBOX_BACKLOG {
-            std::thread::yield_now();
+            thread::yield_now();
         }
         self.enqueue(command)
     }
@@ -300,13 +300,7 @@ impl Drop for ServerHandle {
 /// that is just slower than the server does not make it flush (and wake an
 /// executor) after every command. True if something came.
 fn poll_briefly(commands: &InboxReceiver<Command>) -> bool {
-    for _ in 0..IDLE_POLLS {
-        std::hint::spin_loop();
-        if commands.has_queued() {
-            return true;
-        }
-    }
-    false
+    spin_briefly(IDLE_POLLS, || commands.has_queued())
 }
 
 /// Polls before an idle flush: about a microsecond.
