@@ -85,6 +85,8 @@ fn a_faulty_run_under_a_tight_limit_recovers_handles_ooms_and_reads_back_clean()
     assert!(field(summary, "recoveries") >= 1, "{summary}");
     assert!(field(summary, "ooms") >= 1, "{summary}");
     assert!(field(summary, "verified_bytes") > 0, "{summary}");
+    // No store steps unless asked for.
+    assert_eq!(field(summary, "store_steps"), 0, "{summary}");
     // Graphs were captured, replayed and read back clean.
     assert!(field(summary, "captures") >= 1, "{summary}");
     assert!(field(summary, "replays_verified") >= 1, "{summary}");
@@ -177,6 +179,82 @@ fn a_capture_weight_of_zero_captures_nothing_and_a_high_one_replays_clean() {
     assert!(field(&many, "replays_verified") >= 1, "{many}");
     assert_eq!(field(&many, "corrupted_reads"), 0, "{many}");
     assert_eq!(field(&many, "unexpected_errors"), 0, "{many}");
+}
+
+/// A `--json` run of 4 clients under a 2 MiB limit with store steps in
+/// the mix; its summary line.
+fn store_run(extra: &[&str]) -> Value {
+    let mut args = vec![
+        "stress",
+        "--clients",
+        "4",
+        "--limit",
+        "2MiB",
+        "--max-size",
+        "256KiB",
+        "--ops",
+        "2400",
+        "--seed",
+        "4",
+        "--store-weight",
+        "30",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let output = cistern(&args);
+    assert!(output.status.success(), "stderr: {}", text(&output.stderr));
+    let lines = json_lines(&output);
+    assert_eq!(lines[0]["store_weight"], 30, "{}", lines[0]);
+    lines[lines.len() - 1].clone()
+}
+
+#[test]
+fn store_steps_in_the_mix_match_the_reference_through_every_family() {
+    let summary = store_run(&[]);
+    let steps = field(&summary, "store_steps");
+    assert!(steps >= 300, "{summary}");
+    assert_eq!(field(&summary, "store_mismatches"), 0, "{summary}");
+    assert_eq!(field(&summary, "unexpected_errors"), 0, "{summary}");
+    // Out-of-memory and capture refusals may decline a step or put one
+    // back; the rest are verified against the reference.
+    assert!(
+        field(&summary, "store_verified") * 10 >= steps * 9,
+        "{summary}"
+    );
+    // Stores go after 16 steps and the next takes the next family: the
+    // AMP forms are reached, and their non-finite steps skipped.
+    assert!(field(&summary, "store_builds") >= 12, "{summary}");
+    assert!(field(&summary, "store_amp_skips") >= 1, "{summary}");
+    // Without faults nothing is poisoned, so no store goes stale (an AMP
+    // store may still latch: a flag read refused twice by another client's
+    // capture leaves its step's outcome unknown, and is rebuilt).
+    assert_eq!(field(&summary, "poisons"), 0, "{summary}");
+    assert_eq!(field(&summary, "store_stale"), 0, "{summary}");
+    // Each latched store is rebuilt by the client's next store step (one
+    // per client may be left at the end).
+    let (refused, rebuilt) = (
+        field(&summary, "store_refused"),
+        field(&summary, "store_rebuilds"),
+    );
+    assert!(rebuilt <= refused && refused <= rebuilt + 4, "{summary}");
+    // Every client dropped its store and buffers: memory is back at the baseline.
+    assert_eq!(field(&summary, "final_in_use"), 0, "{summary}");
+}
+
+#[test]
+fn store_steps_survive_faults_and_memory_pressure_and_latched_stores_are_rebuilt() {
+    let summary = store_run(&["--faults", "4", "--trap-rate", "0.005"]);
+    assert!(field(&summary, "poisons") >= 1, "{summary}");
+    assert!(field(&summary, "ooms") >= 1, "{summary}");
+    assert_eq!(field(&summary, "store_mismatches"), 0, "{summary}");
+    assert_eq!(field(&summary, "unexpected_errors"), 0, "{summary}");
+    assert_eq!(field(&summary, "lost_replies"), 0, "{summary}");
+    // Stores were latched or made stale by the poisons, refused, and rebuilt.
+    let retired = field(&summary, "store_refused") + field(&summary, "store_stale");
+    assert!(retired >= 1, "{summary}");
+    assert!(field(&summary, "store_rebuilds") >= 1, "{summary}");
+    assert!(field(&summary, "store_verified") >= 100, "{summary}");
+    assert_eq!(field(&summary, "final_in_use"), 0, "{summary}");
 }
 
 #[test]

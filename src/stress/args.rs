@@ -65,6 +65,11 @@ pub struct StressArgs {
     /// against the other operations' (they sum to 100); 0 never captures.
     #[arg(long, default_value_t = Mix::default().capture)]
     pub capture_weight: u32,
+    /// How often a client takes a `DeviceParamStore` training step (of a
+    /// small store of its own, checked against the f64 reference), as a
+    /// weight like --capture-weight; 0 (the default) never does.
+    #[arg(long, default_value_t = Mix::default().store)]
+    pub store_weight: u32,
     /// Inject faults seeded by SEED: launches trap at --trap-rate, and one
     /// reservation and one transfer fail.
     #[arg(long, value_name = "SEED")]
@@ -162,6 +167,7 @@ impl StressArgs {
                 max_size: self.max_size,
                 mix: Mix {
                     capture: self.capture_weight,
+                    store: self.store_weight,
                     ..Mix::default()
                 },
                 client_budget: self.client_budget,
@@ -215,6 +221,7 @@ pub fn run_command(args: &StressArgs) -> Result<(), String> {
             "sizes": format!("{:?}", config.workload.sizes),
             "faults": config.faults.map(|f| f.seed),
             "trap_rate": config.faults.map(|f| f.trap_rate),
+            "store_weight": config.workload.mix.store,
         }));
     }
     let title = format!(
@@ -246,9 +253,13 @@ pub fn run_command(args: &StressArgs) -> Result<(), String> {
     } else {
         let s = &outcome.summary;
         Err(format!(
-            "the device did not hold: {} corrupted reads, {} lost replies, {} unexpected errors, \
-             {} clients stopped",
-            s.corrupted_reads, s.lost_replies, s.unexpected_errors, s.fatal_errors
+            "the device did not hold: {} corrupted reads, {} store mismatches, {} lost replies, \
+             {} unexpected errors, {} clients stopped",
+            s.corrupted_reads,
+            s.store_mismatches,
+            s.lost_replies,
+            s.unexpected_errors,
+            s.fatal_errors
         ))
     }
 }

@@ -57,6 +57,31 @@ pub struct Counters {
     pub capture_refusals: AtomicU64,
     /// Captures aborted because a capture reservation did not fit the pages held.
     pub forbidden_reservations: AtomicU64,
+    /// Parameter stores built (a client's first, and one per family change).
+    pub store_builds: AtomicU64,
+    /// Parameter stores rebuilt from their last good values after a latch,
+    /// a stale generation or a mismatch.
+    pub store_rebuilds: AtomicU64,
+    /// Parameter store training steps run.
+    pub store_steps: AtomicU64,
+    /// Store steps after which the store read back the reference's values.
+    pub store_verified: AtomicU64,
+    /// AMP steps skipped on the device for non-finite gradients, as the reference.
+    pub store_amp_skips: AtomicU64,
+    /// Store steps refused without latching (out of memory, a failed
+    /// transfer, a busy context): the store read back unchanged.
+    pub store_declined: AtomicU64,
+    /// Queued store steps the device refused as transient, which the store
+    /// put back (and the reference with it).
+    pub store_put_back: AtomicU64,
+    /// Store steps after which the store was latched and refused every call.
+    pub store_refused: AtomicU64,
+    /// Stores whose memory an invalidate took (built in an older
+    /// generation): they refused to read, and were rebuilt.
+    pub store_stale: AtomicU64,
+    /// Store steps that read back other values than the reference's, or a
+    /// latched store that answered a call: must be 0.
+    pub store_mismatches: AtomicU64,
     /// Reads that did not return what was written: must be 0.
     pub corrupted_reads: AtomicU64,
     /// Replies not received within the bound: must be 0.

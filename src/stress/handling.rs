@@ -1,8 +1,10 @@
 //! What a stress client does about each error, decided from what the
 //! error says of itself (`code()`, `is_transient()`, `is_device_poisoned()`,
-//! `may_succeed_after_reclaim()`), never from its message.
+//! `may_succeed_after_reclaim()`), never from its message: the client's
+//! `ServerError`s ([`handling`]) and its parameter store's `BackendError`s
+//! ([`store_handling`]) alike.
 
-use cistern_client::ErrorCode;
+use cistern_client::{BackendError, ErrorCode};
 use cistern_runtime::ServerError;
 
 /// The handling an error asks for.
@@ -32,6 +34,9 @@ pub enum Handling {
         /// The context's generation now.
         current: u64,
     },
+    /// The parameter store is latched (`StorePoisoned`): drop it, and
+    /// rebuild it from its last good values once the context is active.
+    Rebuild,
     /// The device is gone for this process (unrecoverable, server ended or
     /// panicked): stop this client.
     Stop,
@@ -69,6 +74,38 @@ pub fn handling(error: &ServerError) -> Handling {
         },
         ErrorCode::ContextBusy => Handling::RetryShortly,
         ErrorCode::DeviceLost | ErrorCode::ServerGone | ErrorCode::PoisonedLock => Handling::Stop,
+        _ => Handling::Unexpected,
+    }
+}
+
+/// The handling a parameter store's `error` asks for: the same as the
+/// `ServerError` with its code, and `Rebuild` for a latched store. The
+/// store is small and steps with valid configs and finite moments, so an
+/// argument error, a too-big buffer or a forbidden reservation is a bug.
+pub fn store_handling(error: &BackendError) -> Handling {
+    if error.is_device_poisoned() {
+        return match error.poisoned_generation() {
+            Some(generation) => Handling::Recover { generation },
+            None => Handling::Unexpected,
+        };
+    }
+    if error.is_transient() {
+        return Handling::RetryShortly;
+    }
+    if error.may_succeed_after_reclaim() {
+        return Handling::Release;
+    }
+    match error {
+        BackendError::StorePoisoned => Handling::Rebuild,
+        BackendError::TransferFailed(_) | BackendError::KernelLaunchFailed(_) => Handling::Retry,
+        BackendError::StaleDeviceGeneration {
+            current_generation, ..
+        } => Handling::DropStale {
+            current: *current_generation,
+        },
+        BackendError::DeviceContextUnrecoverable { .. }
+        | BackendError::ServerGone { .. }
+        | BackendError::ServerPanicked { .. } => Handling::Stop,
         _ => Handling::Unexpected,
     }
 }
@@ -171,6 +208,44 @@ mod tests {
         ];
         for (error, expected) in cases {
             assert_eq!(handling(&error), expected, "{error:?}");
+        }
+    }
+
+    #[test]
+    fn each_store_error_gets_the_handling_of_its_server_error_or_a_rebuild() {
+        let server_errors = [
+            ServerError::from(IoError::out_of_memory(8)),
+            ServerError::ContextRetiring { ordinal: 0 },
+            ServerError::CaptureInProgress { ordinal: 0 },
+            ServerError::TransferFailed {
+                message: "x".into(),
+            },
+            ServerError::ContextPoisoned(poison(4)),
+            ServerError::StaleGeneration {
+                ordinal: 0,
+                resource_generation: 1,
+                current_generation: 2,
+            },
+            ServerError::ServerGone { ordinal: 0 },
+            ServerError::InvalidProgram {
+                message: "x".into(),
+            },
+        ];
+        for error in server_errors {
+            let store_error = BackendError::from(error.clone());
+            assert_eq!(store_handling(&store_error), handling(&error), "{error:?}");
+        }
+        assert_eq!(
+            store_handling(&BackendError::StorePoisoned),
+            Handling::Rebuild
+        );
+        for bug in [
+            BackendError::InvalidArgument("lr".into()),
+            BackendError::MissingGradient("slot 0".into()),
+            BackendError::TapeMismatch,
+            BackendError::DeviceContextPoisoned("not a poison's message".into()),
+        ] {
+            assert_eq!(store_handling(&bug), Handling::Unexpected, "{bug:?}");
         }
     }
 

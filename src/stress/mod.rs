@@ -4,7 +4,8 @@
 //!
 //! Private to the binary: `args` parses the command line into a run,
 //! `workload` draws each client's seeded mix, `worker` runs it against its
-//! own stream, `pattern` and `recording` model what every buffer must hold,
+//! own stream (and its own `DeviceParamStore`, checked against the f64
+//! reference), `pattern` and `recording` model what every buffer must hold,
 //! and `telemetry`, `monitor`, `plot` and `summary` report how it went.
 
 mod args;

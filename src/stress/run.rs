@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use cistern_client::{CompactReport, ComputeClient};
+use cistern_client::{CompactReport, ComputeClient, ReportedError};
 use cistern_runtime::sync::{Mutex, RecvTimeoutError, unbounded};
-use cistern_runtime::{Device, DeviceOptions, FaultPlan, ServerError};
+use cistern_runtime::{Device, DeviceOptions, FaultPlan};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::counters::{ContextEvent, Counters, EventLog};
@@ -85,11 +85,13 @@ pub struct StressOutcome {
 }
 
 impl StressOutcome {
-    /// Whether the device held: no corrupted read, no lost reply, no client
-    /// stopped by a lost device, no unexpected error.
+    /// Whether the device held: no corrupted read, no store step that
+    /// disagreed with the reference, no lost reply, no client stopped by a
+    /// lost device, no unexpected error.
     pub fn held(&self) -> bool {
         let s = &self.summary;
         s.corrupted_reads == 0
+            && s.store_mismatches == 0
             && s.lost_replies == 0
             && s.fatal_errors == 0
             && s.unexpected_errors == 0
@@ -145,12 +147,12 @@ impl Shared {
     }
 
     /// Sends a report of `error` to the telemetry file, if there is one.
-    pub(crate) fn telemetry(&self, error: &ServerError, generation: u64) {
+    pub(crate) fn telemetry(&self, error: impl Into<ReportedError>, generation: u64) {
         if self.config.telemetry.is_none() {
             return;
         }
         let mut report = CompactReport::new(
-            error.clone(),
+            error,
             Some(self.config.device.ordinal()),
             None,
             self.config.telemetry_backtraces,
@@ -277,6 +279,9 @@ pub fn run(
         on_event(&event);
     }
     let final_stats = if running == 0 {
+        // Every client has dropped everything: what is left shows whether
+        // memory came back to the baseline.
+        let _ = client.reclaim();
         client.memory_stats().ok()
     } else {
         None

@@ -34,6 +34,9 @@ pub struct Summary {
     pub peak_in_use: u64,
     /// Reads that did not return what was written: must be 0.
     pub corrupted_reads: u64,
+    /// Parameter store steps that disagreed with the reference (or a latched
+    /// store that answered): must be 0.
+    pub store_mismatches: u64,
     /// Replies not received within the bound: must be 0.
     pub lost_replies: u64,
     /// Client threads.
@@ -80,6 +83,29 @@ pub struct Summary {
     pub unexpected_errors: u64,
     /// Clients stopped by a lost device: must be 0.
     pub fatal_errors: u64,
+    /// Parameter store training steps run.
+    pub store_steps: u64,
+    /// Store steps the reference confirmed.
+    pub store_verified: u64,
+    /// AMP store steps skipped for non-finite gradients.
+    pub store_amp_skips: u64,
+    /// Store steps refused without latching; the store read back unchanged.
+    pub store_declined: u64,
+    /// Queued store steps put back after a transient refusal.
+    pub store_put_back: u64,
+    /// Store steps after which the store was latched and refused every call.
+    pub store_refused: u64,
+    /// Stores an invalidate made stale: they refused to read, and were rebuilt.
+    pub store_stale: u64,
+    /// Parameter stores built.
+    pub store_builds: u64,
+    /// Latched, stale or mismatched stores rebuilt.
+    pub store_rebuilds: u64,
+    /// Bytes in use once every client had dropped everything (0: back at
+    /// the baseline); `None` if a client was left behind.
+    pub final_in_use: Option<u64>,
+    /// Bytes of pages held then, after a reclaim; `None` as above.
+    pub final_reserved: Option<u64>,
     /// Reports written to the telemetry file, if one was asked for.
     pub telemetry_reports: Option<u64>,
 }
@@ -121,6 +147,7 @@ impl Summary {
             limit: config.limit,
             peak_in_use,
             corrupted_reads: get(&counters.corrupted_reads),
+            store_mismatches: get(&counters.store_mismatches),
             lost_replies: get(&counters.lost_replies),
             clients: config.clients,
             seconds,
@@ -150,6 +177,17 @@ impl Summary {
             forbidden_reservations: get(&counters.forbidden_reservations),
             unexpected_errors: get(&counters.unexpected_errors),
             fatal_errors: get(&counters.fatal_errors),
+            store_steps: get(&counters.store_steps),
+            store_verified: get(&counters.store_verified),
+            store_amp_skips: get(&counters.store_amp_skips),
+            store_declined: get(&counters.store_declined),
+            store_put_back: get(&counters.store_put_back),
+            store_refused: get(&counters.store_refused),
+            store_stale: get(&counters.store_stale),
+            store_builds: get(&counters.store_builds),
+            store_rebuilds: get(&counters.store_rebuilds),
+            final_in_use: final_stats.map(|stats| stats.in_use_bytes),
+            final_reserved: final_stats.map(|stats| stats.reserved_bytes),
             telemetry_reports,
         }
     }
@@ -205,8 +243,29 @@ impl Summary {
                     format_bytes(self.limit)
                 ),
             ),
+            ("store steps", self.store_steps.to_string()),
+            ("  verified", self.store_verified.to_string()),
+            ("  AMP skips", self.store_amp_skips.to_string()),
+            ("  declined, unchanged", self.store_declined.to_string()),
+            ("  put back (transient)", self.store_put_back.to_string()),
+            ("  latched, refused all", self.store_refused.to_string()),
+            ("  stale, refused", self.store_stale.to_string()),
+            (
+                "  stores built / rebuilt",
+                format!("{} / {}", self.store_builds, self.store_rebuilds),
+            ),
             ("peak in use", format_bytes(self.peak_in_use)),
+            (
+                "in use / reserved at end",
+                match (self.final_in_use, self.final_reserved) {
+                    (Some(in_use), Some(reserved)) => {
+                        format!("{} / {}", format_bytes(in_use), format_bytes(reserved))
+                    }
+                    _ => "unknown (a client was left behind)".to_string(),
+                },
+            ),
             ("corrupted reads", must_be_zero(self.corrupted_reads)),
+            ("store mismatches", must_be_zero(self.store_mismatches)),
             ("lost replies", must_be_zero(self.lost_replies)),
             ("unexpected errors", must_be_zero(self.unexpected_errors)),
             ("clients stopped", must_be_zero(self.fatal_errors)),

@@ -73,6 +73,9 @@ pub struct Mix {
     pub free: u32,
     /// Capture a short graph on the client's stream and replay it.
     pub capture: u32,
+    /// Take a training step of the client's `DeviceParamStore` and check it
+    /// against the reference (0 by default: `--store-weight`).
+    pub store: u32,
 }
 
 impl Default for Mix {
@@ -87,6 +90,7 @@ impl Default for Mix {
             read: 25,
             free: 15,
             capture: 2,
+            store: 0,
         }
     }
 }
@@ -215,6 +219,9 @@ pub enum Op {
         /// What the graph records and how often it is replayed.
         plan: CapturePlan,
     },
+    /// One training step of the client's parameter store, its gradients
+    /// (and whether an AMP step gets a non-finite one) drawn from `seed`.
+    StoreStep { seed: u64 },
 }
 
 /// A client's workload: an endless, deterministic sequence of [`Op`]s.
@@ -241,6 +248,7 @@ impl Workload {
             mix.read,
             mix.free,
             mix.capture,
+            mix.store,
         ]
         .iter()
         .map(|&w| u64::from(w))
@@ -314,6 +322,10 @@ impl Workload {
         } else if take(mix.free) {
             Op::Free {
                 target: pick(&mut self.rng),
+            }
+        } else if take(mix.store) {
+            Op::StoreStep {
+                seed: self.rng.next_u64(),
             }
         } else {
             // Small, so that a capture reservation usually fits the pages
@@ -572,5 +584,32 @@ mod tests {
         assert!(has(|op| matches!(op, Op::Read { .. })));
         assert!(has(|op| matches!(op, Op::Free { .. })));
         assert!(has(|op| matches!(op, Op::Capture { .. })));
+        assert!(!has(|op| matches!(op, Op::StoreStep { .. })));
+    }
+
+    #[test]
+    fn a_store_weight_draws_store_steps_in_about_its_share() {
+        let mix = Mix {
+            store: 10,
+            ..Mix::default()
+        };
+        let ops: Vec<Op> = Workload::new(
+            8,
+            0,
+            WorkloadConfig {
+                mix,
+                ..config(Sizes::Churn)
+            },
+        )
+        .take(10_000)
+        .collect();
+        let steps = ops
+            .iter()
+            .filter(|op| matches!(op, Op::StoreStep { .. }))
+            .count() as f64;
+        // 10 of 112.
+        let share = steps / ops.len() as f64;
+        assert!((share - 10.0 / 112.0).abs() < 0.01, "{share}");
+        assert!(ops.iter().any(|op| matches!(op, Op::Capture { .. })));
     }
 }

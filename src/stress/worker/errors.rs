@@ -20,11 +20,24 @@ impl Worker<'_> {
         keep: Option<u64>,
     ) -> Result<Next, Stopped> {
         self.record(error);
-        let counters = &self.shared.counters;
         if matches!(error, ServerError::CaptureInProgress { .. }) {
-            Counters::bump(&counters.capture_refusals);
+            Counters::bump(&self.shared.counters.capture_refusals);
         }
-        Ok(match handling(error) {
+        self.act(handling(error), error.code(), attempt, keep, error)
+    }
+
+    /// Does what `handling` asks for an error of `code` (shown as `error`),
+    /// met on the `attempt`th try of an operation on buffer `keep`.
+    pub(super) fn act(
+        &mut self,
+        handling: Handling,
+        code: ErrorCode,
+        attempt: u32,
+        keep: Option<u64>,
+        error: &dyn std::fmt::Display,
+    ) -> Result<Next, Stopped> {
+        let counters = &self.shared.counters;
+        Ok(match handling {
             Handling::Release => {
                 Counters::bump(&counters.ooms);
                 if attempt + 1 >= RELEASE_ATTEMPTS {
@@ -37,7 +50,7 @@ impl Worker<'_> {
             }
             Handling::Retry => {
                 // A failed submission is retried once, a failed transfer a few times.
-                let attempts = if error.code() == ErrorCode::DispatchFailed {
+                let attempts = if code == ErrorCode::DispatchFailed {
                     2
                 } else {
                     RETRY_ATTEMPTS
@@ -71,7 +84,8 @@ impl Worker<'_> {
                 self.drop_older_than(current);
                 Next::Done
             }
-            Handling::Split => Next::Done,
+            // The store's own code rebuilds it once it sees it latched.
+            Handling::Split | Handling::Rebuild => Next::Done,
             Handling::AbortCapture => {
                 Counters::bump(&counters.forbidden_reservations);
                 Next::Done

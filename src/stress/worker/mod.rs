@@ -1,14 +1,16 @@
 //! One stress client: runs its workload against a shared device
-//! ([`ops`]: every byte read is verified), and handles every error the way
+//! ([`ops`]: every byte read is verified; [`store`]: every parameter store
+//! step is checked against the reference), and handles every error the way
 //! the error says ([`errors`]).
 
 mod capture;
 mod errors;
 mod ops;
+mod store;
 
 use std::time::Duration;
 
-use cistern_client::{Buffer, ComputeClient};
+use cistern_client::{BackendError, Buffer, ComputeClient};
 use cistern_runtime::{FailureToken, ServerError, StreamId};
 
 use super::counters::Counters;
@@ -73,6 +75,8 @@ pub(crate) struct Worker<'a> {
     next_uid: u64,
     serial: u64,
     generation: u64,
+    /// The client's parameter store and its reference, from its first store step.
+    store: Option<store::StoreRun>,
 }
 
 impl<'a> Worker<'a> {
@@ -96,6 +100,7 @@ impl<'a> Worker<'a> {
             next_uid: (index as u64) << 40,
             serial: 0,
             generation: 0,
+            store: None,
         }
     }
 
@@ -119,6 +124,7 @@ impl<'a> Worker<'a> {
             Ok(()) => self.finish(),
             Err(stopped) => Err(stopped),
         };
+        self.store = None;
         self.held.clear();
         finished
     }
@@ -173,6 +179,10 @@ impl<'a> Worker<'a> {
                 None => false,
             },
             Op::Capture { plan } => self.capture(plan)?,
+            Op::StoreStep { seed } => {
+                self.store_step(seed)?;
+                true
+            }
         };
         Counters::bump(if ran {
             &counters.ops
@@ -200,9 +210,14 @@ impl<'a> Worker<'a> {
         &self,
         f: impl FnOnce(&ComputeClient) -> Result<T, ServerError>,
     ) -> Result<T, ServerError> {
+        self.watched(|| f(&self.client))
+    }
+
+    /// Runs `f` (calls to the device through the store or a tape) under the watchdog.
+    fn watched<T>(&self, f: impl FnOnce() -> T) -> T {
         let watch = &self.shared.watches[self.index];
         watch.begin(self.shared.elapsed());
-        let result = f(&self.client);
+        let result = f();
         watch.end();
         result
     }
@@ -210,6 +225,12 @@ impl<'a> Worker<'a> {
     /// Counts `error` and sends it to the telemetry file.
     fn record(&self, error: &ServerError) {
         Counters::bump(&self.shared.counters.errors);
-        self.shared.telemetry(error, self.generation);
+        self.shared.telemetry(error.clone(), self.generation);
+    }
+
+    /// Counts a parameter store's `error` and sends it to the telemetry file.
+    fn record_store(&self, error: &BackendError) {
+        Counters::bump(&self.shared.counters.errors);
+        self.shared.telemetry(error.clone(), self.generation);
     }
 }
