@@ -12,6 +12,7 @@ mod context;
 mod dispatch;
 mod kernels;
 mod lamb;
+mod memory;
 mod optimizer;
 mod pipelines;
 mod slice;
