@@ -28,6 +28,9 @@ pub(crate) struct GpuContext {
     pub(super) zero: ::wgpu::Buffer,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// Transfer failures a unit test plants.
+    #[cfg(test)]
+    pub(super) faults: super::transfer::TransferFaults,
 }
 
 impl GpuContext {
@@ -66,6 +69,8 @@ impl GpuContext {
             queue,
             lost,
             uncaptured,
+            #[cfg(test)]
+            faults: Default::default(),
         }
     }
 
