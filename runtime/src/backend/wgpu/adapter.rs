@@ -112,6 +112,8 @@ pub(super) fn request_device(
     let descriptor = ::wgpu::DeviceDescriptor {
         label: Some("cistern"),
         required_limits: adapter.limits(),
+        // Kernel timings where the adapter can take timestamps; never required.
+        required_features: adapter.features() & ::wgpu::Features::TIMESTAMP_QUERY,
         ..Default::default()
     };
     pollster::block_on(adapter.request_device(&descriptor)).map_err(|error| {

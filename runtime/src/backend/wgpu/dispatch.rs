@@ -12,6 +12,7 @@ use ::wgpu::util::DeviceExt;
 use super::context::GpuContext;
 use super::pipelines::{Entry, TABLE_BINDING};
 use super::slice::GpuSlice;
+use super::timing::Span;
 use crate::ServerError;
 use crate::backend::stream::LaunchError;
 
@@ -203,15 +204,23 @@ impl GpuContext {
             return Ok(());
         };
         let mut encoder = self.encoder();
-        self.encode(&mut encoder, dispatches)
+        let span = self.timestamps.as_ref().map(|t| t.span(&self.device));
+        self.encode_timed(&mut encoder, dispatches, span.as_ref())
             .map_err(LaunchError::Refused)?;
+        if let Some(span) = &span {
+            span.resolve(&mut encoder);
+        }
         self.submit(encoder).map_err(|error| match error {
             Ok(message) => LaunchError::Refused(ServerError::KernelLaunchFailed {
                 kernel: first.entry.name.to_string(),
                 message,
             }),
             Err(fault) => LaunchError::Fault(fault),
-        })
+        })?;
+        if let (Some(timestamps), Some(span)) = (&self.timestamps, span) {
+            timestamps.record(&self.device, &span);
+        }
+        Ok(())
     }
 
     /// Records `dispatches` into `encoder`, in order.
@@ -220,7 +229,19 @@ impl GpuContext {
         encoder: &mut ::wgpu::CommandEncoder,
         dispatches: &[Dispatch],
     ) -> Result<(), ServerError> {
-        for dispatch in dispatches {
+        self.encode_timed(encoder, dispatches, None)
+    }
+
+    /// As [`GpuContext::encode`], the first pass's start and the last
+    /// pass's end written to `span`'s timestamps.
+    fn encode_timed(
+        &self,
+        encoder: &mut ::wgpu::CommandEncoder,
+        dispatches: &[Dispatch],
+        span: Option<&Span>,
+    ) -> Result<(), ServerError> {
+        let last = dispatches.len().saturating_sub(1);
+        for (index, dispatch) in dispatches.iter().enumerate() {
             let compiled = self.pipelines.get(&self.device, dispatch.entry)?;
             let mut params = dispatch.params;
             for (slot, window) in params.u[1..=6].iter_mut().zip(&dispatch.windows) {
@@ -258,9 +279,10 @@ impl GpuContext {
                 layout: &compiled.layout,
                 entries: &entries,
             });
+            let timestamp_writes = span.and_then(|span| span.writes(index == 0, index == last));
             let mut pass = encoder.begin_compute_pass(&::wgpu::ComputePassDescriptor {
                 label: Some(dispatch.entry.name),
-                timestamp_writes: None,
+                timestamp_writes,
             });
             pass.set_pipeline(&compiled.pipeline);
             pass.set_bind_group(0, &group, &[]);

@@ -164,35 +164,25 @@ impl TransferFaults {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
 
     use cistern_memory::StreamId;
 
+    use super::super::context::GpuContext;
     use super::super::stream::{Counters, WgpuStream};
-    use super::super::{adapter, context::GpuContext};
     use super::*;
     use crate::backend::stream::{DeviceHealth, Job, StreamProgress, StreamRunner, Work};
     use crate::sync::{oneshot, unbounded};
     use crate::{ErrorCode, ServerError};
 
-    /// A context on the first wgpu adapter, or `None` (said) when there is none.
     fn context() -> Option<Arc<GpuContext>> {
-        let opened = adapter::adapter(0).and_then(|a| adapter::request_device(&a, 0));
-        match opened {
-            Ok((device, queue)) => Some(Arc::new(GpuContext::new(device, queue))),
-            Err(error) if std::env::var_os("CISTERN_REQUIRE_WGPU").is_some_and(|v| v == "1") => {
-                panic!("CISTERN_REQUIRE_WGPU=1 but no wgpu device: {error}")
-            }
-            Err(error) => {
-                eprintln!("skipped: no wgpu device: {error}");
-                None
-            }
-        }
+        GpuContext::for_tests().map(Arc::new)
     }
 
-    fn slice_of(context: &GpuContext, bytes: &[u8]) -> GpuSlice {
+    /// A buffer of `bytes` on `context`.
+    pub(in super::super) fn slice_of(context: &GpuContext, bytes: &[u8]) -> GpuSlice {
         let buffer = context.device.create_buffer(&::wgpu::BufferDescriptor {
             label: Some("test"),
             size: bytes.len() as u64,
