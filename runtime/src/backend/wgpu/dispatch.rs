@@ -19,6 +19,10 @@ use crate::backend::stream::LaunchError;
 /// Invocations per workgroup of every 1D entry point.
 pub(super) const WORKGROUP: u64 = 256;
 
+/// Items (elements, or vec4s) each invocation of a streaming entry point
+/// handles: `PER_INVOCATION` in common.wgsl, which must match.
+pub(super) const PER_INVOCATION: u32 = 8;
+
 /// The parameters of one dispatch, as the prelude's `Params` reads them:
 /// `u[0]` the elements, `u[1..=6]` each binding's base, `u[7]` an op code.
 #[derive(Clone, Copy, Debug, Default)]
@@ -54,6 +58,15 @@ pub(super) struct Window {
     size: u64,
     /// Elements from the bound offset to the slice's first one.
     base: u32,
+}
+
+impl Window {
+    /// Whether a vec4 module may bind this window: it starts at a 16-byte
+    /// offset, a multiple of 4 elements before the slice, and its length is
+    /// a multiple of 16 bytes.
+    pub(super) fn vec4_aligned(&self) -> bool {
+        self.offset % 16 == 0 && self.base % 4 == 0 && self.size % 16 == 0
+    }
 }
 
 /// One compute dispatch, ready to encode.
@@ -172,7 +185,7 @@ impl GpuContext {
     ) -> Result<Dispatch, ServerError> {
         params.u[0] = u32::try_from(items)
             .map_err(|_| unsupported(format!("{items} work items in one dispatch")))?;
-        let groups = self.groups_for(items)?;
+        let groups = self.groups_for(items.div_ceil(u64::from(entry.per_invocation.max(1))))?;
         Ok(Dispatch {
             entry,
             windows,

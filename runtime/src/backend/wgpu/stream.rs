@@ -25,6 +25,7 @@ const STRIDED: Entry = Entry {
     name: "strided_copy",
     buffers: 2,
     table: true,
+    per_invocation: 1,
 };
 
 /// What the device has run, shared by its streams.
