@@ -66,7 +66,14 @@ pub enum BenchCommand {
         device: String,
     },
     /// GEMM through the server against the GEMM crate called directly.
-    Gemm,
+    Gemm {
+        /// The device: `cpu:0`, `wgpu:N`, `cuda:N` (the host references run on the CPU only).
+        #[arg(long, default_value = "cpu:0")]
+        device: String,
+        /// Samples per shape (one warm-up), in place of about 3·10¹⁰ flops' worth (8–60).
+        #[arg(long)]
+        samples: Option<usize>,
+    },
     /// An MLP step's forward + backward on the tape against its replayed kernels.
     Tape,
     /// A whole training step.
@@ -106,7 +113,8 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             _ => crate::devices::choose(&device)
                 .and_then(|device| crate::bench::optim::run(&optimizer, params, device)),
         },
-        BenchCommand::Gemm => crate::bench::gemm::run(),
+        BenchCommand::Gemm { device, samples } => crate::devices::choose(&device)
+            .and_then(|device| crate::bench::gemm::run(device, samples)),
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
     }

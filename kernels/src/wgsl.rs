@@ -1,10 +1,18 @@
 //! The WGSL sources of the kernels, for GPU backends: each module is the
-//! shared prelude ([`PRELUDE`]) followed by one of the family sources.
+//! shared prelude ([`PRELUDE`]), its buffer bindings ([`BINDINGS`], or
+//! [`BINDINGS_VEC4`] for a vec4 module), then one of the family sources.
 //! What each entry point computes matches the CPU function of the same
 //! name in this crate.
 
-/// Bindings, launch parameters and helpers every module starts with.
+/// Launch parameters and helpers every module starts with.
 pub const PRELUDE: &str = include_str!("wgsl/common.wgsl");
+/// The buffer bindings of a scalar module: arrays of `f32`.
+pub const BINDINGS: &str = include_str!("wgsl/bindings.wgsl");
+/// The buffer bindings of a vec4 module: the streamed buffers as arrays of
+/// `vec4<f32>`, binding 3 (a flag or a counted step's constants) as `f32`s.
+pub const BINDINGS_VEC4: &str = include_str!("wgsl/bindings_vec4.wgsl");
+/// What every optimizer step reads from binding 3: `skipped`, `per_step`.
+pub const STEP: &str = include_str!("wgsl/step.wgsl");
 /// `fill`, `scale`, `axpy`, `binary` (add, mul, MSE backward), `amp_unscale`.
 pub const ELEMENTWISE: &str = include_str!("wgsl/elementwise.wgsl");
 /// The activation functions and their `forward` and `backward` entry points.
@@ -14,8 +22,12 @@ pub const GEMM: &str = include_str!("wgsl/gemm.wgsl");
 /// `column_sum`, `segment_sum` (sums and sums of squares), `mse_loss`.
 pub const REDUCE: &str = include_str!("wgsl/reduce.wgsl");
 /// `sgd`, `adam` (and AdamW), `rmsprop`, `adagrad`, each also as the rest of
-/// a counted step (after [`AMP`]'s `step_count`), and LAMB's passes.
+/// a counted step (after [`AMP`]'s `step_count`), and LAMB's passes (needs
+/// [`STEP`]).
 pub const OPTIMIZER: &str = include_str!("wgsl/optimizer.wgsl");
+/// `adam` (and AdamW) over `vec4`s, for runs whose bindings allow it (needs
+/// [`STEP`] and [`BINDINGS_VEC4`]).
+pub const OPTIMIZER_VEC4: &str = include_str!("wgsl/optimizer_vec4.wgsl");
 /// AMP on device words: `amp_unscale_by_device_scale`, `amp_update_scale`
 /// and `step_count` (the first dispatch of a counted optimizer step).
 pub const AMP: &str = include_str!("wgsl/amp.wgsl");

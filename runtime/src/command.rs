@@ -115,6 +115,10 @@ pub struct ServerStats {
     pub reads: u64,
     /// `Write` commands handled (accepted or refused).
     pub writes: u64,
+    /// Device time of the kernels run, in nanoseconds, from timestamp
+    /// queries: `None` where the device has none (the CPU; a wgpu adapter
+    /// without `TIMESTAMP_QUERY`).
+    pub kernel_device_ns: Option<u64>,
 }
 
 /// What a `Compact` did.

@@ -11,6 +11,11 @@
 //! matrices; the alternative kernel, forced through `gemm_with`, shows what
 //! the choice is worth. Samples of the three alternate so all see the same load; each
 //! server sample is a launch followed by a wait on its token.
+//!
+//! With `--device` other than the CPU (`wgpu:0`) the same lines are printed,
+//! each naming its device, with the server's GEMM on that device: the host
+//! references are the CPU's, so they are `null` there, and `device_gflops`
+//! counts the device's own kernel time where it takes timestamps.
 
 use std::time::Instant;
 
@@ -42,20 +47,23 @@ const FLOPS_PER_SHAPE: f64 = 3e10;
 const MIN_SAMPLES: usize = 8;
 const MAX_SAMPLES: usize = 60;
 
-/// Runs the benchmark and prints one JSON line for the peak and one per shape.
-pub fn run() -> Result<(), String> {
+/// Runs the benchmark on `device` and prints one JSON line for the host's
+/// peak and one per shape; `samples` fixes the samples per shape (one
+/// warm-up then), for devices too slow for the default budget.
+pub fn run(device: Device, samples: Option<usize>) -> Result<(), String> {
     let largest = SHAPES
         .iter()
         .map(|&(m, n, k, ..)| (m * k + k * n + m * n) as u64)
         .max()
         .unwrap_or(0);
     let limit = 4 * 2 * largest;
-    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(limit))
-        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    let client = ComputeClient::open(device, DeviceOptions::with_memory_limit(limit))
+        .map_err(|e| format!("cannot open {device}: {e}"))?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let peak = super::peak::fma_peak(threads);
     print_line(serde_json::json!({
         "bench": "fma_peak",
+        "device": device.to_string(),
         "threads": threads,
         "vector_bits": peak.map(|p| p.vector_bits),
         "gflops": peak.map(|p| round1(p.gflops)),
@@ -70,13 +78,20 @@ pub fn run() -> Result<(), String> {
             transpose_b,
             ..Default::default()
         };
-        measure(&client, &mut rng, &spec)?;
+        measure(&client, device, samples, &mut rng, &spec)?;
     }
     Ok(())
 }
 
-fn measure(client: &ComputeClient, rng: &mut SplitMix64, spec: &GemmSpec) -> Result<(), String> {
+fn measure(
+    client: &ComputeClient,
+    device: Device,
+    fixed_samples: Option<usize>,
+    rng: &mut SplitMix64,
+    spec: &GemmSpec,
+) -> Result<(), String> {
     let GemmSpec { m, n, k, .. } = *spec;
+    let on_cpu = matches!(device, Device::Cpu(_));
     let kernel = GemmKernel::chosen_for(spec);
     let other = alternative(kernel);
     let a = rng.non_zero_f32s(m * k, 1.0);
@@ -110,42 +125,78 @@ fn measure(client: &ComputeClient, rng: &mut SplitMix64, spec: &GemmSpec) -> Res
         gemm_with(other, spec, &a, &b, None, &mut c_other).map_err(|e| format!("gemm: {e}"))?;
         Ok(start.elapsed().as_secs_f64())
     };
-    for _ in 0..WARMUP {
+    // The host references only mean something beside the CPU's own GEMM.
+    let host = |run: &mut dyn FnMut() -> Result<f64, String>| {
+        if on_cpu { run() } else { Ok(f64::NAN) }
+    };
+    let warmup = if fixed_samples.is_some() { 1 } else { WARMUP };
+    for _ in 0..warmup {
         served()?;
-        direct()?;
-        forced()?;
+        host(&mut direct)?;
+        host(&mut forced)?;
     }
     let flops = 2.0 * (m * n * k) as f64;
-    let samples = ((FLOPS_PER_SHAPE / flops) as usize).clamp(MIN_SAMPLES, MAX_SAMPLES);
+    let samples = fixed_samples.map_or_else(
+        || ((FLOPS_PER_SHAPE / flops) as usize).clamp(MIN_SAMPLES, MAX_SAMPLES),
+        |n| n.max(1),
+    );
     let (mut server_samples, mut direct_samples, mut other_samples) = (vec![], vec![], vec![]);
+    let device_ns_before = kernel_device_ns(client)?;
     for _ in 0..samples {
         server_samples.push(served()?);
-        direct_samples.push(direct()?);
-        other_samples.push(forced()?);
+        direct_samples.push(host(&mut direct)?);
+        other_samples.push(host(&mut forced)?);
     }
+    let device_ns = kernel_device_ns(client)?
+        .zip(device_ns_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let gflops = flops / median(&mut server_samples) / 1e9;
     let direct_gflops = flops / median(&mut direct_samples) / 1e9;
     let other_gflops = flops / median(&mut other_samples) / 1e9;
+    let host_figure = |value: f64| on_cpu.then(|| round1(value));
+    // A CPU Vulkan driver runs well under 1 GFLOPS: keep three figures there.
+    let figure = |value: f64| if on_cpu { round1(value) } else { round3(value) };
     print_line(serde_json::json!({
         "bench": "gemm",
-        "kernel": kernel.name(),
-        "vector_bits": GemmKernel::cpu_vector_bits(),
+        "device": device.to_string(),
+        "kernel": if on_cpu { kernel.name() } else { "wgsl_tiled" },
+        "vector_bits": on_cpu.then(GemmKernel::cpu_vector_bits),
         "m": m,
         "n": n,
         "k": k,
         "transpose_a": spec.transpose_a,
         "transpose_b": spec.transpose_b,
-        "gflops": round1(gflops),
-        "direct_gflops": round1(direct_gflops),
-        "vs_direct": (gflops / direct_gflops * 1000.0).round() / 1000.0,
-        "other_kernel": other.name(),
-        "other_gflops": round1(other_gflops),
+        "gflops": figure(gflops),
+        "device_gflops": device_ns
+            .filter(|&ns| ns > 0)
+            .map(|ns| figure(flops * samples as f64 / ns as f64)),
+        "direct_gflops": host_figure(direct_gflops),
+        "vs_direct": on_cpu.then(|| (gflops / direct_gflops * 1000.0).round() / 1000.0),
+        "other_kernel": on_cpu.then(|| other.name()),
+        "other_gflops": host_figure(other_gflops),
     }));
     Ok(())
 }
 
+/// The device's kernel time so far, where it takes timestamps.
+fn kernel_device_ns(client: &ComputeClient) -> Result<Option<u64>, String> {
+    client
+        .server_stats()
+        .map(|stats| stats.kernel_device_ns)
+        .map_err(|e| format!("server_stats: {e}"))
+}
+
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
+}
+
+/// `x` to three significant figures.
+fn round3(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
 }
 
 /// The kernel whose figures show what choosing `kernel` is worth: the

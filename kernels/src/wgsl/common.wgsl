@@ -1,4 +1,5 @@
-// Shared by every Cistern WGSL module (prepended to each source).
+// Shared by every Cistern WGSL module (prepended to each source, before
+// its buffer bindings: bindings.wgsl, or bindings_vec4.wgsl).
 //
 // Binding 0 is the launch's parameters; bindings 1-6 are the kernel's
 // buffers in signature order, each bound at an aligned offset with `base`
@@ -13,13 +14,6 @@ struct Params {
 };
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> b1: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b2: array<f32>;
-@group(0) @binding(3) var<storage, read_write> b3: array<f32>;
-@group(0) @binding(4) var<storage, read_write> b4: array<f32>;
-@group(0) @binding(5) var<storage, read_write> b5: array<f32>;
-@group(0) @binding(6) var<storage, read_write> b6: array<f32>;
-@group(0) @binding(7) var<storage, read_write> table: array<u32>;
 
 const WORKGROUP: u32 = 256u;
 
@@ -29,6 +23,19 @@ fn pf(i: u32) -> f32 { return params.f[i / 4u][i % 4u]; }
 fn count() -> u32 { return pu(0u); }
 fn base(binding: u32) -> u32 { return pu(binding); }
 fn op() -> u32 { return pu(7u); }
+
+// Elements (or vec4s) each invocation of a streaming entry point handles;
+// the backend sizes its grids by the same figure (`PER_INVOCATION` in
+// runtime/src/backend/wgpu/dispatch.rs). Fewer, fuller invocations cut the
+// per-invocation cost that dominates a CPU Vulkan driver.
+const PER_INVOCATION: u32 = 8u;
+
+// Item k of this invocation in a streaming dispatch: each workgroup covers
+// WORKGROUP · PER_INVOCATION consecutive items, its invocations adjacent in
+// every pass (so a SIMD driver loads lanes contiguously).
+fn streaming(wid: vec3<u32>, lid: vec3<u32>, groups: vec3<u32>, k: u32) -> u32 {
+    return (wid.y * groups.x + wid.x) * (WORKGROUP * PER_INVOCATION) + k * WORKGROUP + lid.x;
+}
 
 // The element of a 1D dispatch folded into two grid dimensions.
 fn linear(wid: vec3<u32>, lid: vec3<u32>, groups: vec3<u32>) -> u32 {

@@ -1,31 +1,17 @@
 // Fused optimizer steps over one run of elements, as `cistern-kernels`'
-// CPU versions (the per-step constants come from the host, in f[..]).
+// CPU versions (the per-step constants come from the host, in f[..]);
+// each invocation of a streaming step handles PER_INVOCATION elements.
 // Bindings: 1 params, 2 grads, 3 the found-inf flag (a zero placeholder
 // without AMP), 4-6 the state. A set flag makes the step change nothing.
 // op(): bit flags per family, and COUNTED for a counted step: binding 3 is
 // then the constants `step_count` wrote (in amp.wgsl), [0] the skip and
-// [1..] the per-step constants, read in place of the host's.
-
-const COUNTED: u32 = 256u;
-
-fn skipped() -> bool {
-    return b3[base(3u)] != 0.0;
-}
-
-// The per-step constant `k` of a counted step, else the host's `uniform`.
-fn per_step(k: u32, uniform: f32) -> f32 {
-    if ((op() & COUNTED) != 0u) { return b3[base(3u) + k]; }
-    return uniform;
-}
+// [1..] the per-step constants, read in place of the host's
+// (`skipped` and `per_step`, in step.wgsl).
 
 // f: sign, weight_decay, lr, momentum, 1 − dampening.
 // op: 1 decayed, 2 momentum buffer, 4 first step, 8 nesterov (counted: constant 1
 // is the first step).
-@compute @workgroup_size(256)
-fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-       @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = linear(wid, lid, groups);
-    if (i >= count() || skipped()) { return; }
+fn sgd_at(i: u32) {
     let flags = op();
     let at = base(1u) + i;
     let p = b1[at];
@@ -45,14 +31,22 @@ fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid:
     b1[at] = p - pf(2u) * step;
 }
 
+@compute @workgroup_size(256)
+fn sgd(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+       @builtin(num_workgroups) groups: vec3<u32>) {
+    if (skipped()) { return; }
+    let n = count();
+    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
+        let i = streaming(wid, lid, groups, k);
+        if (i >= n) { return; }
+        sgd_at(i);
+    }
+}
+
 // f: sign, coupled_decay, decay_factor, 1 − β1, β2, 1 − β2, step_size,
 // 1/√bias_correction2, eps (counted: constants 1, 2 are the step size and
 // 1/√bias_correction2). op: 1 coupled decay, 2 amsgrad.
-@compute @workgroup_size(256)
-fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = linear(wid, lid, groups);
-    if (i >= count() || skipped()) { return; }
+fn adam_at(i: u32) {
     let flags = op();
     let at = base(1u) + i;
     let p = b1[at];
@@ -77,13 +71,21 @@ fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
     b1[at] = param - per_step(1u, pf(6u)) * (m / denom);
 }
 
+@compute @workgroup_size(256)
+fn adam(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+        @builtin(num_workgroups) groups: vec3<u32>) {
+    if (skipped()) { return; }
+    let n = count();
+    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
+        let i = streaming(wid, lid, groups, k);
+        if (i >= n) { return; }
+        adam_at(i);
+    }
+}
+
 // f: sign, weight_decay, lr, α, 1 − α, eps, momentum.
 // op: 1 decayed, 2 momentum (buffer in 5), 4 centered (grad_avg in 6).
-@compute @workgroup_size(256)
-fn rmsprop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-           @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = linear(wid, lid, groups);
-    if (i >= count() || skipped()) { return; }
+fn rmsprop_at(i: u32) {
     let flags = op();
     let at = base(1u) + i;
     var grad = b2[base(2u) + i] * pf(0u);
@@ -110,12 +112,20 @@ fn rmsprop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     }
 }
 
-// f: sign, weight_decay, clr, eps (counted: constant 1 is clr). op: 1 decayed.
 @compute @workgroup_size(256)
-fn adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+fn rmsprop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
            @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = linear(wid, lid, groups);
-    if (i >= count() || skipped()) { return; }
+    if (skipped()) { return; }
+    let n = count();
+    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
+        let i = streaming(wid, lid, groups, k);
+        if (i >= n) { return; }
+        rmsprop_at(i);
+    }
+}
+
+// f: sign, weight_decay, clr, eps (counted: constant 1 is clr). op: 1 decayed.
+fn adagrad_at(i: u32) {
     let at = base(1u) + i;
     var grad = b2[base(2u) + i] * pf(0u);
     if ((op() & 1u) != 0u) { grad = grad + pf(1u) * b1[at]; }
@@ -123,6 +133,18 @@ fn adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     let total = b4[sat] + grad * grad;
     b4[sat] = total;
     b1[at] = b1[at] - per_step(1u, pf(2u)) * (grad / (sqrt(total) + pf(3u)));
+}
+
+@compute @workgroup_size(256)
+fn adagrad(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+           @builtin(num_workgroups) groups: vec3<u32>) {
+    if (skipped()) { return; }
+    let n = count();
+    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
+        let i = streaming(wid, lid, groups, k);
+        if (i >= n) { return; }
+        adagrad_at(i);
+    }
 }
 
 // LAMB (apex FusedLAMB), one workgroup per segment of the table (offset,

@@ -144,4 +144,7 @@ pub struct DeviceCounters {
     pub kernels_run: u64,
     /// Runs of the `Empty` kernel (benchmarks check their launches ran).
     pub empty_kernel_runs: u64,
+    /// Device time of the kernels run, in nanoseconds, where the device
+    /// has timestamp queries; else `None`.
+    pub kernel_device_ns: Option<u64>,
 }

@@ -138,6 +138,7 @@ impl<B: Backend> ServerCore<B> {
         ServerStats {
             kernels_run: counters.kernels_run,
             empty_kernel_runs: counters.empty_kernel_runs,
+            kernel_device_ns: counters.kernel_device_ns,
             ..self.stats.clone()
         }
     }

@@ -10,7 +10,7 @@ use super::memory::HostSlice;
 use super::strided::strided_copy;
 use crate::backend::StrideLayout;
 use crate::backend::event::{EventSignal, HostEvent};
-use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, StreamDevice};
+use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice};
 
 /// What the CPU has run, shared by its streams.
 #[derive(Debug, Default)]
@@ -42,7 +42,7 @@ impl StreamDevice for CpuStream {
         copy_bytes(data, bytes)
     }
 
-    fn read(&mut self, source: &HostSlice) -> Result<Vec<u8>, KernelFault> {
+    fn read(&mut self, source: &HostSlice) -> Result<Vec<u8>, ReadError> {
         // SAFETY: a read range is only read here; writers are ordered before it.
         Ok(unsafe { source.bytes() }.to_vec())
     }

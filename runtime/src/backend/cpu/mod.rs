@@ -183,6 +183,7 @@ impl Backend for CpuBackend {
         DeviceCounters {
             kernels_run: self.counters.kernels_run.load(Ordering::Relaxed),
             empty_kernel_runs: self.counters.empty_kernel_runs.load(Ordering::Relaxed),
+            kernel_device_ns: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use super::launch::{CudaSlice, Launcher};
 use super::status::fault;
 use crate::Kernel;
 use crate::backend::StrideLayout;
-use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, StreamDevice};
+use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice};
 
 /// What the device has run, shared by its streams.
 #[derive(Debug, Default)]
@@ -123,11 +123,11 @@ impl StreamDevice for CudaStream {
         ffi::write(target.address, data, stream).map_err(|e| fault("write", &e))
     }
 
-    fn read(&mut self, source: &CudaSlice) -> Result<Vec<u8>, KernelFault> {
+    fn read(&mut self, source: &CudaSlice) -> Result<Vec<u8>, ReadError> {
         let stream = self.stream_for("read")?;
         let len = usize::try_from(source.len)
             .map_err(|_| KernelFault::Malformed("read too long".into()))?;
-        ffi::read(source.address, len, stream).map_err(|e| fault("read", &e))
+        Ok(ffi::read(source.address, len, stream).map_err(|e| fault("read", &e))?)
     }
 
     fn copy(&mut self, source: &CudaSlice, target: &CudaSlice) -> Result<(), KernelFault> {

@@ -47,6 +47,41 @@ impl From<KernelFault> for LaunchError {
     }
 }
 
+/// Why a read did not answer its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// Sticky: the device is poisoned.
+    Fault(KernelFault),
+    /// Operation-local: this read failed (its staging memory did not map)
+    /// and nothing else did; its caller hears `TransferFailed` and may retry.
+    Failed(String),
+}
+
+impl From<KernelFault> for ReadError {
+    fn from(fault: KernelFault) -> Self {
+        ReadError::Fault(fault)
+    }
+}
+
+impl ReadError {
+    /// As a sticky fault, for work that has no caller to answer (a write
+    /// that reads the bytes around it).
+    pub fn into_fault(self) -> KernelFault {
+        match self {
+            ReadError::Fault(fault) => fault,
+            ReadError::Failed(message) => KernelFault::Device(format!("a read failed: {message}")),
+        }
+    }
+}
+
+/// A read inside a launch (LAMB's norms) that fails is sticky: the launch
+/// may have changed memory before it.
+impl From<ReadError> for LaunchError {
+    fn from(error: ReadError) -> Self {
+        LaunchError::Fault(error.into_fault())
+    }
+}
+
 /// Runs `work`, turning a panic inside it into a fault.
 pub fn caught<T>(work: impl FnOnce() -> Result<T, KernelFault>) -> Result<T, KernelFault> {
     match catch_unwind(AssertUnwindSafe(work)) {

@@ -24,7 +24,7 @@ mod progress;
 mod runner;
 mod work;
 
-pub use fault::{KernelFault, LaunchError, caught};
+pub use fault::{KernelFault, LaunchError, ReadError, caught};
 pub use health::DeviceHealth;
 pub use progress::StreamProgress;
 pub(crate) use runner::refuse_all;

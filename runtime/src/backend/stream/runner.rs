@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cistern_memory::{DevicePoison, StreamId};
 
-use super::fault::{KernelFault, LaunchError, caught};
+use super::fault::{KernelFault, LaunchError, ReadError, caught};
 use super::health::DeviceHealth;
 use super::progress::StreamProgress;
 use super::work::{BoundLaunch, Job, Work};
@@ -34,8 +34,8 @@ pub trait StreamDevice: Send + 'static {
     /// Writes `data` (its length is the target's) to `target`.
     fn write(&mut self, target: &Self::Slice, data: &[u8]) -> Result<(), KernelFault>;
 
-    /// The bytes of `source`.
-    fn read(&mut self, source: &Self::Slice) -> Result<Vec<u8>, KernelFault>;
+    /// The bytes of `source`; a `ReadError::Failed` answers only this read.
+    fn read(&mut self, source: &Self::Slice) -> Result<Vec<u8>, ReadError>;
 
     /// Copies `source` to `target` (same size, not overlapping).
     fn copy(&mut self, source: &Self::Slice, target: &Self::Slice) -> Result<(), KernelFault>;
@@ -141,8 +141,15 @@ impl<D: StreamDevice> StreamRunner<D> {
             Work::Read { source, reply } => {
                 let answer = match self.refusal() {
                     Some(error) => Err(error),
-                    None => caught(|| self.device.read(&source))
-                        .map_err(|fault| self.fault(sequence, "read", &fault)),
+                    None => match caught(|| Ok(self.device.read(&source))) {
+                        Ok(Ok(bytes)) => Ok(bytes),
+                        Ok(Err(ReadError::Failed(message))) => {
+                            Err(ServerError::TransferFailed { message })
+                        }
+                        Ok(Err(ReadError::Fault(fault))) | Err(fault) => {
+                            Err(self.fault(sequence, "read", &fault))
+                        }
+                    },
                 };
                 let _ = reply.send(answer);
             }

@@ -4,11 +4,12 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
+use super::memory;
 use crate::device::default_cpu_memory_limit;
 use crate::{Device, DeviceInfo, ServerError};
 
-/// Bytes a wgpu device's server may hold by default when the adapter is a
-/// discrete or integrated GPU: wgpu does not report device memory.
+/// Bytes a wgpu device's server may hold by default when the adapter says
+/// nothing of its memory (Metal, DX12: wgpu reports no device memory).
 const GPU_DEFAULT_LIMIT: u64 = 2 << 30;
 
 /// The adapters found, in ordinal order, or why there are none.
@@ -52,7 +53,7 @@ pub(crate) fn list() -> Vec<DeviceInfo> {
                 } else {
                     1
                 },
-                memory_bytes: None,
+                memory_bytes: memory::device_local_bytes(adapter),
                 default_memory_limit: default_limit(adapter),
             }
         })
@@ -64,13 +65,27 @@ pub(crate) fn absence() -> Option<String> {
     adapters().as_ref().err().cloned()
 }
 
-/// The memory limit of a server opened on `adapter` with default options:
-/// half the host memory for a CPU adapter (it uses host memory), else 2 GiB.
+/// The memory limit of a server opened on `adapter` with default options
+/// (a configured budget replaces it): the adapter's device-local memory where
+/// its driver reports it (Vulkan), at most half the host memory for a CPU
+/// adapter (it holds host memory the process shares), else 2 GiB.
 pub(super) fn default_limit(adapter: &::wgpu::Adapter) -> u64 {
-    if adapter.get_info().device_type == ::wgpu::DeviceType::Cpu {
-        default_cpu_memory_limit()
-    } else {
-        GPU_DEFAULT_LIMIT
+    let cpu = adapter.get_info().device_type == ::wgpu::DeviceType::Cpu;
+    limit_from(
+        memory::device_local_bytes(adapter),
+        cpu,
+        default_cpu_memory_limit(),
+    )
+}
+
+/// The default limit from the adapter's reported memory, whether it is a CPU
+/// adapter, and the host's default (half its memory).
+fn limit_from(reported: Option<u64>, cpu: bool, host_default: u64) -> u64 {
+    match (reported, cpu) {
+        (Some(bytes), true) => bytes.min(host_default),
+        (Some(bytes), false) => bytes,
+        (None, true) => host_default,
+        (None, false) => GPU_DEFAULT_LIMIT,
     }
 }
 
@@ -97,6 +112,8 @@ pub(super) fn request_device(
     let descriptor = ::wgpu::DeviceDescriptor {
         label: Some("cistern"),
         required_limits: adapter.limits(),
+        // Kernel timings where the adapter can take timestamps; never required.
+        required_features: adapter.features() & ::wgpu::Features::TIMESTAMP_QUERY,
         ..Default::default()
     };
     pollster::block_on(adapter.request_device(&descriptor)).map_err(|error| {
@@ -105,4 +122,45 @@ pub(super) fn request_device(
             reason: format!("the adapter refused a device: {error}"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_adapter_that_reports_its_memory_takes_all_of_it() {
+        assert_eq!(limit_from(Some(24 << 30), false, 8 << 30), 24 << 30);
+    }
+
+    #[test]
+    fn a_cpu_adapter_never_takes_more_than_half_the_host() {
+        assert_eq!(limit_from(Some(16 << 30), true, 8 << 30), 8 << 30);
+        assert_eq!(limit_from(Some(4 << 30), true, 8 << 30), 4 << 30);
+        assert_eq!(limit_from(None, true, 8 << 30), 8 << 30);
+    }
+
+    #[test]
+    fn every_vulkan_adapter_reports_its_memory_and_a_default_limit_within_it() {
+        let vulkan: Vec<_> = list()
+            .into_iter()
+            .filter(|info| info.name.ends_with("(Vulkan)"))
+            .collect();
+        if std::env::var_os("CISTERN_REQUIRE_WGPU").is_some_and(|v| v == "1") {
+            assert!(
+                !vulkan.is_empty(),
+                "CISTERN_REQUIRE_WGPU=1 but no Vulkan adapter"
+            );
+        }
+        for info in vulkan {
+            let memory = info.memory_bytes;
+            assert!(memory.is_some_and(|bytes| bytes > 0), "{}", info.name);
+            assert!(memory.is_some_and(|bytes| info.default_memory_limit <= bytes));
+        }
+    }
+
+    #[test]
+    fn an_adapter_that_reports_no_memory_gets_the_gpu_default() {
+        assert_eq!(limit_from(None, false, 8 << 30), GPU_DEFAULT_LIMIT);
+    }
 }

@@ -23,6 +23,7 @@ const fn amp_entry(name: &'static str, buffers: u32) -> Entry {
         name,
         buffers,
         table: false,
+        per_invocation: 1,
     }
 }
 

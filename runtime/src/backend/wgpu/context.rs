@@ -28,6 +28,11 @@ pub(crate) struct GpuContext {
     pub(super) zero: ::wgpu::Buffer,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
+    /// Timestamp queries, where the device has them.
+    pub(super) timestamps: Option<super::timing::Timestamps>,
+    /// Transfer failures a unit test plants.
+    #[cfg(test)]
+    pub(super) faults: super::transfer::TransferFaults,
 }
 
 impl GpuContext {
@@ -56,6 +61,7 @@ impl GpuContext {
         let offset_alignment = u64::from(limits.min_storage_buffer_offset_alignment)
             .max(4)
             .next_power_of_two();
+        let timestamps = super::timing::Timestamps::of(&device, &queue);
         GpuContext {
             max_binding: limits.max_storage_buffer_binding_size,
             offset_alignment,
@@ -64,8 +70,11 @@ impl GpuContext {
             zero,
             device,
             queue,
+            timestamps,
             lost,
             uncaptured,
+            #[cfg(test)]
+            faults: Default::default(),
         }
     }
 
@@ -128,5 +137,24 @@ impl GpuContext {
     /// The first error no scope caught since the last call, if any.
     fn uncaptured(&self) -> Option<String> {
         self.uncaptured.lock().take()
+    }
+}
+
+#[cfg(test)]
+impl GpuContext {
+    /// A context on the first wgpu adapter, or `None` (said) when there is
+    /// none; under `CISTERN_REQUIRE_WGPU=1` a missing adapter panics.
+    pub(super) fn for_tests() -> Option<GpuContext> {
+        let opened = super::adapter::adapter(0).and_then(|a| super::adapter::request_device(&a, 0));
+        match opened {
+            Ok((device, queue)) => Some(GpuContext::new(device, queue)),
+            Err(error) if std::env::var_os("CISTERN_REQUIRE_WGPU").is_some_and(|v| v == "1") => {
+                panic!("CISTERN_REQUIRE_WGPU=1 but no wgpu device: {error}")
+            }
+            Err(error) => {
+                eprintln!("skipped: no wgpu device: {error}");
+                None
+            }
+        }
     }
 }

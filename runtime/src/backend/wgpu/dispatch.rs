@@ -12,11 +12,16 @@ use ::wgpu::util::DeviceExt;
 use super::context::GpuContext;
 use super::pipelines::{Entry, TABLE_BINDING};
 use super::slice::GpuSlice;
+use super::timing::Span;
 use crate::ServerError;
 use crate::backend::stream::LaunchError;
 
 /// Invocations per workgroup of every 1D entry point.
 pub(super) const WORKGROUP: u64 = 256;
+
+/// Items (elements, or vec4s) each invocation of a streaming entry point
+/// handles: `PER_INVOCATION` in common.wgsl, which must match.
+pub(super) const PER_INVOCATION: u32 = 8;
 
 /// The parameters of one dispatch, as the prelude's `Params` reads them:
 /// `u[0]` the elements, `u[1..=6]` each binding's base, `u[7]` an op code.
@@ -53,6 +58,15 @@ pub(super) struct Window {
     size: u64,
     /// Elements from the bound offset to the slice's first one.
     base: u32,
+}
+
+impl Window {
+    /// Whether a vec4 module may bind this window: it starts at a 16-byte
+    /// offset, a multiple of 4 elements before the slice, and its length is
+    /// a multiple of 16 bytes.
+    pub(super) fn vec4_aligned(&self) -> bool {
+        self.offset % 16 == 0 && self.base % 4 == 0 && self.size % 16 == 0
+    }
 }
 
 /// One compute dispatch, ready to encode.
@@ -171,7 +185,7 @@ impl GpuContext {
     ) -> Result<Dispatch, ServerError> {
         params.u[0] = u32::try_from(items)
             .map_err(|_| unsupported(format!("{items} work items in one dispatch")))?;
-        let groups = self.groups_for(items)?;
+        let groups = self.groups_for(items.div_ceil(u64::from(entry.per_invocation.max(1))))?;
         Ok(Dispatch {
             entry,
             windows,
@@ -203,15 +217,23 @@ impl GpuContext {
             return Ok(());
         };
         let mut encoder = self.encoder();
-        self.encode(&mut encoder, dispatches)
+        let span = self.timestamps.as_ref().map(|t| t.span(&self.device));
+        self.encode_timed(&mut encoder, dispatches, span.as_ref())
             .map_err(LaunchError::Refused)?;
+        if let Some(span) = &span {
+            span.resolve(&mut encoder);
+        }
         self.submit(encoder).map_err(|error| match error {
             Ok(message) => LaunchError::Refused(ServerError::KernelLaunchFailed {
                 kernel: first.entry.name.to_string(),
                 message,
             }),
             Err(fault) => LaunchError::Fault(fault),
-        })
+        })?;
+        if let (Some(timestamps), Some(span)) = (&self.timestamps, span) {
+            timestamps.record(&self.device, &span);
+        }
+        Ok(())
     }
 
     /// Records `dispatches` into `encoder`, in order.
@@ -220,7 +242,19 @@ impl GpuContext {
         encoder: &mut ::wgpu::CommandEncoder,
         dispatches: &[Dispatch],
     ) -> Result<(), ServerError> {
-        for dispatch in dispatches {
+        self.encode_timed(encoder, dispatches, None)
+    }
+
+    /// As [`GpuContext::encode`], the first pass's start and the last
+    /// pass's end written to `span`'s timestamps.
+    fn encode_timed(
+        &self,
+        encoder: &mut ::wgpu::CommandEncoder,
+        dispatches: &[Dispatch],
+        span: Option<&Span>,
+    ) -> Result<(), ServerError> {
+        let last = dispatches.len().saturating_sub(1);
+        for (index, dispatch) in dispatches.iter().enumerate() {
             let compiled = self.pipelines.get(&self.device, dispatch.entry)?;
             let mut params = dispatch.params;
             for (slot, window) in params.u[1..=6].iter_mut().zip(&dispatch.windows) {
@@ -258,9 +292,10 @@ impl GpuContext {
                 layout: &compiled.layout,
                 entries: &entries,
             });
+            let timestamp_writes = span.and_then(|span| span.writes(index == 0, index == last));
             let mut pass = encoder.begin_compute_pass(&::wgpu::ComputePassDescriptor {
                 label: Some(dispatch.entry.name),
-                timestamp_writes: None,
+                timestamp_writes,
             });
             pass.set_pipeline(&compiled.pipeline);
             pass.set_bind_group(0, &group, &[]);

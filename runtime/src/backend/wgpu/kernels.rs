@@ -9,7 +9,7 @@ use cistern_kernels::{Activation, GemmSpec};
 use cistern_optim::{LambConfig, OptimizerConfig};
 
 use super::context::GpuContext;
-use super::dispatch::{Dispatch, Params, unsupported};
+use super::dispatch::{Dispatch, PER_INVOCATION, Params, unsupported};
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
@@ -36,14 +36,23 @@ const fn entry(module: Module, name: &'static str, buffers: u32) -> Entry {
         name,
         buffers,
         table: false,
+        per_invocation: 1,
     }
 }
 
-const FILL: Entry = entry(Module::Elementwise, "fill", 1);
-const SCALE: Entry = entry(Module::Elementwise, "scale", 1);
-const AXPY: Entry = entry(Module::Elementwise, "axpy", 2);
-const BINARY: Entry = entry(Module::Elementwise, "binary", 3);
-const AMP_UNSCALE: Entry = entry(Module::Elementwise, "amp_unscale", 2);
+/// A streaming entry point: `PER_INVOCATION` elements an invocation.
+const fn streaming(name: &'static str, buffers: u32) -> Entry {
+    Entry {
+        per_invocation: PER_INVOCATION,
+        ..entry(Module::Elementwise, name, buffers)
+    }
+}
+
+const FILL: Entry = streaming("fill", 1);
+const SCALE: Entry = streaming("scale", 1);
+const AXPY: Entry = streaming("axpy", 2);
+const BINARY: Entry = streaming("binary", 3);
+const AMP_UNSCALE: Entry = streaming("amp_unscale", 2);
 const FORWARD: Entry = entry(Module::Activation, "forward", 2);
 const BACKWARD: Entry = entry(Module::Activation, "backward", 3);
 const GEMM: Entry = entry(Module::Gemm, "gemm", 4);

@@ -20,6 +20,7 @@ const fn lamb_entry(name: &'static str) -> Entry {
         name,
         buffers: 6,
         table: true,
+        per_invocation: 1,
     }
 }
 

@@ -12,11 +12,13 @@ mod context;
 mod dispatch;
 mod kernels;
 mod lamb;
+mod memory;
 mod optimizer;
 mod pipelines;
 mod slice;
 mod storage;
 mod stream;
+mod timing;
 mod transfer;
 
 pub(crate) use adapter::{absence, list};
@@ -190,6 +192,7 @@ impl Backend for WgpuBackend {
         DeviceCounters {
             kernels_run: self.counters.kernels_run.load(Ordering::Relaxed),
             empty_kernel_runs: self.counters.empty_kernel_runs.load(Ordering::Relaxed),
+            kernel_device_ns: self.context.kernel_device_ns(),
         }
     }
 }

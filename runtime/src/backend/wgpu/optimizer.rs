@@ -6,12 +6,12 @@ use cistern_kernels::Segment;
 use cistern_optim::OptimizerConfig;
 
 use super::context::GpuContext;
-use super::dispatch::{Dispatch, Params, Window, unsupported};
+use super::dispatch::{Dispatch, PER_INVOCATION, Params, Window, unsupported};
 use super::kernels::Plan;
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
-use crate::OptimizerArgs;
 use crate::backend::stream::{KernelFault, LaunchError};
+use crate::{OptimizerArgs, ServerError};
 
 const fn step_entry(name: &'static str) -> Entry {
     Entry {
@@ -19,8 +19,21 @@ const fn step_entry(name: &'static str) -> Entry {
         name,
         buffers: 6,
         table: false,
+        per_invocation: PER_INVOCATION,
     }
 }
+
+const ADAM: Entry = step_entry("adam");
+
+/// Adam (and AdamW) over `vec4`s, for runs whose every streamed window
+/// allows it (`Window::vec4_aligned`); four elements a `vec4`.
+const ADAM_VEC4: Entry = Entry {
+    module: Module::OptimizerVec4,
+    name: "adam",
+    buffers: 6,
+    table: false,
+    per_invocation: 4 * PER_INVOCATION,
+};
 
 /// The entry point, op flags, floats and state slots (binding index of
 /// each state buffer in layout order, from 3) of one step.
@@ -82,7 +95,7 @@ fn step_of(config: &OptimizerConfig, step: u64) -> Option<Step> {
             let mut floats = adam_floats(step, c.lr, c.betas, c.eps, c.maximize);
             floats[1] = c.weight_decay as f32;
             Step {
-                entry: step_entry("adam"),
+                entry: ADAM,
                 op: bit(c.weight_decay != 0.0, 1) | bit(c.amsgrad, 2),
                 floats,
                 slots: adam_slots(c.amsgrad),
@@ -92,7 +105,7 @@ fn step_of(config: &OptimizerConfig, step: u64) -> Option<Step> {
             let mut floats = adam_floats(step, c.lr, c.betas, c.eps, c.maximize);
             floats[2] = (1.0 - c.lr * c.weight_decay) as f32;
             Step {
-                entry: step_entry("adam"),
+                entry: ADAM,
                 op: bit(c.amsgrad, 2),
                 floats,
                 slots: adam_slots(c.amsgrad),
@@ -220,28 +233,62 @@ impl GpuContext {
             let part = |slice: &GpuSlice| slice.part(4 * first, 4 * len);
             let (p, g) = (part(params), part(grads));
             let state: Vec<Option<GpuSlice>> = state.iter().map(|s| s.map(part)).collect();
+            let windows_of = |first: u64, count: u64| -> Result<Vec<Window>, ServerError> {
+                let window = |slice: &GpuSlice| self.window(&slice.part(4 * first, 4 * count));
+                let mut windows = vec![window(&p)?, window(&g)?, skip.clone()];
+                for buffer in &state {
+                    windows.push(match buffer {
+                        Some(buffer) => window(buffer)?,
+                        None => self.zero_window(),
+                    });
+                }
+                Ok(windows)
+            };
             let chunk = self.chunk_elements();
             let mut done = 0;
             while done < len {
                 let elements = chunk.min(len - done);
-                let window = |slice: &GpuSlice| self.window(&slice.part(4 * done, 4 * elements));
-                let mut windows = vec![window(&p), window(&g), Ok(skip.clone())];
-                for buffer in &state {
-                    windows.push(match buffer {
-                        Some(buffer) => window(buffer),
-                        None => Ok(self.zero_window()),
-                    });
-                }
-                let windows = windows
-                    .into_iter()
-                    .collect::<Result<_, _>>()
+                let chunk_dispatches = self
+                    .chunk_dispatches(step.entry, params_value, done, elements, &windows_of)
                     .map_err(LaunchError::Refused)?;
-                let dispatch = self
-                    .dispatch(step.entry, windows, None, params_value, elements)
-                    .map_err(LaunchError::Refused)?;
-                dispatches.push(dispatch);
+                dispatches.extend(chunk_dispatches);
                 done += elements;
             }
+        }
+        Ok(dispatches)
+    }
+}
+
+impl GpuContext {
+    /// The dispatches of `elements` from `first` of one step's run, whose
+    /// windows `windows_of(first, count)` makes: Adam's bulk over vec4s
+    /// where every streamed window allows it, the rest (its tail, or all of
+    /// it) scalar.
+    fn chunk_dispatches(
+        &self,
+        entry: Entry,
+        params: Params,
+        first: u64,
+        elements: u64,
+        windows_of: &dyn Fn(u64, u64) -> Result<Vec<Window>, ServerError>,
+    ) -> Result<Vec<Dispatch>, ServerError> {
+        let mut dispatches = Vec::with_capacity(2);
+        let mut scalar_from = 0;
+        let bulk = elements & !3;
+        if entry == ADAM && bulk > 0 {
+            let windows = windows_of(first, bulk)?;
+            // Binding 3 (the flag, or a counted step's constants) stays scalar.
+            let aligned = (windows.iter().enumerate())
+                .all(|(index, window)| index == 2 || window.vec4_aligned());
+            if aligned {
+                dispatches.push(self.dispatch(ADAM_VEC4, windows, None, params, bulk)?);
+                scalar_from = bulk;
+            }
+        }
+        if scalar_from < elements {
+            let rest = elements - scalar_from;
+            let windows = windows_of(first + scalar_from, rest)?;
+            dispatches.push(self.dispatch(entry, windows, None, params, rest)?);
         }
         Ok(dispatches)
     }

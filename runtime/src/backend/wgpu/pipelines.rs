@@ -17,6 +17,8 @@ pub(super) enum Module {
     Gemm,
     Reduce,
     Optimizer,
+    /// Adam over `vec4`s, with the vec4 bindings.
+    OptimizerVec4,
     Amp,
     Strided,
 }
@@ -28,11 +30,17 @@ impl Module {
             Module::Activation => &[wgsl::ACTIVATION],
             Module::Gemm => &[wgsl::ACTIVATION, wgsl::GEMM],
             Module::Reduce => &[wgsl::REDUCE],
-            Module::Optimizer => &[wgsl::OPTIMIZER],
+            Module::Optimizer => &[wgsl::STEP, wgsl::OPTIMIZER],
+            Module::OptimizerVec4 => &[wgsl::STEP, wgsl::OPTIMIZER_VEC4],
             Module::Amp => &[wgsl::AMP],
             Module::Strided => &[wgsl::STRIDED],
         };
-        std::iter::once(wgsl::PRELUDE)
+        let bindings = match self {
+            Module::OptimizerVec4 => wgsl::BINDINGS_VEC4,
+            _ => wgsl::BINDINGS,
+        };
+        [wgsl::PRELUDE, bindings]
+            .into_iter()
             .chain(parts.iter().copied())
             .collect()
     }
@@ -46,6 +54,9 @@ pub(super) struct Entry {
     pub(super) name: &'static str,
     pub(super) buffers: u32,
     pub(super) table: bool,
+    /// Elements one invocation handles: a 1D grid over `n` elements has
+    /// `n / (WORKGROUP · per_invocation)` workgroups, rounded up.
+    pub(super) per_invocation: u32,
 }
 
 /// The binding of the u32 table.

@@ -14,7 +14,7 @@ use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
 use crate::backend::StrideLayout;
 use crate::backend::event::{EventSignal, HostEvent};
-use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, StreamDevice};
+use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice};
 use crate::{Kernel, ServerError};
 
 /// The highest rank of a strided copy on wgpu.
@@ -25,6 +25,7 @@ const STRIDED: Entry = Entry {
     name: "strided_copy",
     buffers: 2,
     table: true,
+    per_invocation: 1,
 };
 
 /// What the device has run, shared by its streams.
@@ -73,7 +74,7 @@ impl StreamDevice for WgpuStream {
         self.context.write(target, data)
     }
 
-    fn read(&mut self, source: &GpuSlice) -> Result<Vec<u8>, KernelFault> {
+    fn read(&mut self, source: &GpuSlice) -> Result<Vec<u8>, ReadError> {
         self.context.read(source)
     }
 
