@@ -8,7 +8,7 @@
 use cistern_optim::{AdamConfig, AdamWConfig, GradScaler, OptimizerConfig, SgdConfig};
 use cistern_runtime::{AllocationPolicy, KernelLaunch, ScaleRule};
 
-use super::guard::latches;
+use super::guard::{Backoff, latches};
 use super::step::refuse_device_count;
 use super::store::DeviceParamStore;
 use crate::compute::Buffer;
@@ -22,9 +22,10 @@ impl DeviceParamStore {
     /// pending forward is consumed, the step count does not advance and the
     /// scaler backs off; otherwise its growth tracker advances (PyTorch's
     /// `_amp_update_scale_`). One sync: the 4-byte flag read, retried once
-    /// after a failed transfer. A device failure, or a flag read that fails
-    /// twice, is returned (latching the store: the queued step's outcome is
-    /// unknown) and leaves the scaler as it was; a backoff that would make the scale 0 or subnormal is
+    /// after a failed transfer and for up to 2 s while another client
+    /// captures. A device failure, or a flag read that still fails, is
+    /// returned (latching the store: the queued step's outcome is unknown)
+    /// and leaves the scaler as it was; a backoff that would make the scale 0 or subnormal is
     /// `InvalidArgument` after the (skipped) step, the scaler unchanged.
     pub fn step_amp(
         &mut self,
@@ -86,18 +87,30 @@ impl DeviceParamStore {
 
     /// The found-inf flag of a step already queued. Its value decides the
     /// step count and the scaler's update, so an error here must not look
-    /// like a refusal that changed nothing: an operation-local failure of
-    /// the read (a transfer) is retried once, and any failure after that
-    /// latches the store.
+    /// like a refusal that changed nothing: a read refused by a transient
+    /// state (another client's capture) is retried for up to 2 s, an
+    /// operation-local failure (a transfer) once, and any failure after
+    /// that latches the store, unless the step itself was refused as
+    /// transient (it changed nothing and is put back).
     fn read_flag_of_queued_step(&self, flag: &Buffer) -> Result<bool, BackendError> {
-        let mut read = self.client.read_found_inf(self.stream.id, flag);
-        if let Err(error) = &read
-            && !latches(&BackendError::from(error.clone()))
-        {
-            read = self.client.read_found_inf(self.stream.id, flag);
-        }
+        let mut backoff = Backoff::new();
+        let mut transfer_retried = false;
+        let read = loop {
+            let read = self.client.read_found_inf(self.stream.id, flag);
+            let Err(error) = &read else { break read };
+            let error = BackendError::from(error.clone());
+            if error.is_transient() {
+                if !self.work_refused_transiently() && backoff.wait() {
+                    continue;
+                }
+            } else if !latches(&error) && !transfer_retried {
+                transfer_retried = true;
+                continue;
+            }
+            break read;
+        };
         self.after_wait(read).map_err(|error| {
-            if self.is_poisoned() {
+            if self.is_poisoned() || (error.is_transient() && self.work_refused_transiently()) {
                 error
             } else {
                 self.latch(error)

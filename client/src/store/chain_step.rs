@@ -3,12 +3,11 @@
 //! synchronisation. After a warm-up step the step is recorded as a graph
 //! and replayed; `TrainStepLoss` names the loss of one step.
 
-use std::time::{Duration, Instant};
-
 use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::{Activation, FailureToken, GemmSpec, KernelLaunch, OptimizerStep};
 
 use super::chain::{ChainLayer, LayerPlan, fused};
+use super::guard::Backoff;
 use super::step::OptimizerRun;
 use super::store::DeviceParamStore;
 use super::work::{Restore, Work};
@@ -16,10 +15,6 @@ use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
 use crate::tape::Tensor;
-
-/// How long a step waits, in all, for another client's capture to end
-/// before answering `DeviceContextCaptureInProgress`.
-const CAPTURE_WAIT: Duration = Duration::from_secs(2);
 
 /// The loss of one train step: bound to its store and a step serial. Read
 /// it with [`DeviceParamStore::read_train_step_loss`] before the next step.
@@ -77,14 +72,10 @@ impl DeviceParamStore {
         target: &Tensor<f32>,
         config: &SgdConfig,
     ) -> Result<TrainStepLoss, BackendError> {
-        let deadline = Instant::now() + CAPTURE_WAIT;
-        let mut pause = Duration::from_millis(1);
+        let mut backoff = Backoff::new();
         loop {
             match self.try_chain_step(chain, input, target, config) {
-                Err(error) if error.is_transient() && Instant::now() < deadline => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
+                Err(error) if error.is_transient() && backoff.wait() => {}
                 answer => return answer,
             }
         }

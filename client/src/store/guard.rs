@@ -6,6 +6,7 @@
 //! states (retiring, capturing) never do.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use cistern_runtime::{ContextState, Health, ServerError};
 
@@ -77,6 +78,35 @@ fn check_device_once_more(
     }
 }
 
+/// The pauses between retries of a call refused by a transient state
+/// (another client's capture, a recovery): 1 ms doubling to 20 ms, for up
+/// to 2 s in all.
+pub(super) struct Backoff {
+    deadline: Instant,
+    pause: Duration,
+}
+
+impl Backoff {
+    /// A backoff whose 2 s start now.
+    pub(super) fn new() -> Backoff {
+        Backoff {
+            deadline: Instant::now() + Duration::from_secs(2),
+            pause: Duration::from_millis(1),
+        }
+    }
+
+    /// Sleeps the next pause and answers true while time is left; false
+    /// (without sleeping) once it has run out.
+    pub(super) fn wait(&mut self) -> bool {
+        if Instant::now() >= self.deadline {
+            return false;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_millis(20));
+        true
+    }
+}
+
 /// Whether `error` means the device may have half-applied the store's
 /// work: those latch it. Refusals that changed nothing (caller errors,
 /// allocation failures, transfer failures, a stale generation, the
@@ -122,6 +152,15 @@ impl DeviceParamStore {
 
     /// The first failure of the store's queued work: transient ones are
     /// returned as they are, any other latches the store.
+    /// Whether the store's queued work was refused by a transient state:
+    /// it changed nothing and is put back on the next `&mut self` call.
+    pub(super) fn work_refused_transiently(&self) -> bool {
+        self.work
+            .first_failure()
+            .map(BackendError::from)
+            .is_some_and(|error| error.is_transient())
+    }
+
     pub(super) fn check_work(&self) -> Result<(), BackendError> {
         match self.work.first_failure().map(BackendError::from) {
             None => Ok(()),

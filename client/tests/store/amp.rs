@@ -204,3 +204,112 @@ fn a_failed_flag_read_after_a_queued_amp_step_never_looks_like_a_refusal() {
     }
     assert!(stepped > 0);
 }
+
+/// One AMP SGD step from a fresh forward; any refusal as its text.
+fn amp_attempt(
+    client: &cistern_client::ComputeClient,
+    store: &mut cistern_client::DeviceParamStore,
+    model: &super::common::Model,
+    config: &SgdConfig,
+    scaler: &mut GradScaler,
+) -> Result<bool, String> {
+    let tape = Tape::new(client);
+    let leaves = store
+        .register_resident_params(&tape)
+        .map_err(|e| format!("register: {e}"))?;
+    let value = loss(store, &tape, &leaves, model).map_err(|e| format!("forward: {e}"))?;
+    let scaled = tape
+        .scale(&value, scaler.scale())
+        .map_err(|e| format!("scale: {e}"))?;
+    let gradients = store
+        .backward(&tape, &scaled)
+        .map_err(|e| format!("backward: {e}"))?;
+    store
+        .step_amp(&gradients, config, scaler)
+        .map_err(|e| format!("step: {e}"))
+}
+
+/// Regression (found by `cistern stress --store-weight`): a flag read
+/// refused by another client's capture latched the store, although the
+/// capture ended a millisecond later and the step had run.
+#[test]
+fn an_amp_step_waits_out_another_clients_capture_at_its_flag_read() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    const STEPS: usize = 200;
+    let client = open();
+    let model = model(0xA8);
+    let config = SgdConfig {
+        lr: 0.002,
+        momentum: 0.9,
+        ..SgdConfig::default()
+    };
+    let mut contended = store(&client, &model);
+    let stop = Arc::new(AtomicBool::new(false));
+    let capturer = {
+        let (other, stop) = (client.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let Ok(stream) = other.create_stream() else {
+                return 0;
+            };
+            let mut captures = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((_token, guard)) = other.begin_capture(stream) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    captures += u32::from(other.end_capture(guard).is_ok());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            captures
+        })
+    };
+    let mut contended_scaler = scaler();
+    let (mut stepped, mut refused) = (0, Vec::new());
+    for _ in 0..40_000 {
+        if stepped == STEPS {
+            break;
+        }
+        match amp_attempt(
+            &client,
+            &mut contended,
+            &model,
+            &config,
+            &mut contended_scaler,
+        ) {
+            Ok(_) => stepped += 1,
+            Err(error) => {
+                refused.push(error);
+                let _ = contended.abandon_pending_forward();
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        }
+        assert!(
+            !contended.is_poisoned(),
+            "latched after {stepped} steps: {:?}",
+            refused.last()
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let captures = ok(capturer.join().map_err(|_| "the capturer panicked"), "join");
+    assert!(captures > 0, "no capture ran beside the steps");
+    assert_eq!(
+        stepped,
+        STEPS,
+        "{} refusals, the last {:?}",
+        refused.len(),
+        refused.last()
+    );
+    // The same steps with no capture beside them end in the same place.
+    let mut quiet = store(&client, &model);
+    let mut quiet_scaler = scaler();
+    for step in 0..STEPS {
+        let attempt = amp_attempt(&client, &mut quiet, &model, &config, &mut quiet_scaler);
+        ok(attempt, &format!("quiet step {step}"));
+    }
+    assert_eq!(contended_scaler, quiet_scaler);
+    assert_eq!(
+        flat32(&ok(contended.sync_to_host(), "contended")),
+        flat32(&ok(quiet.sync_to_host(), "quiet"))
+    );
+}
