@@ -154,7 +154,7 @@ pub(super) struct Strides {
 }
 
 impl Strides {
-    fn of(spec: &GemmSpec) -> Strides {
+    pub(super) fn of(spec: &GemmSpec) -> Strides {
         let (m, n, k) = (spec.m as isize, spec.n as isize, spec.k as isize);
         let (a_row, a_col) = if spec.transpose_a { (1, m) } else { (k, 1) };
         let (b_row, b_col) = if spec.transpose_b { (1, k) } else { (n, 1) };
