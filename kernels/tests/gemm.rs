@@ -179,7 +179,8 @@ fn every_kernel_matches_the_reference_at_primes_and_sizes_off_tile_boundaries() 
 #[test]
 fn every_kernel_matches_the_reference_around_the_packed_kernels_blocks() {
     let mut rng = SplitMix64::new(26);
-    // The packed kernel's tiles are 14×32, its packing transposes 16×16,
+    // The packed kernel's tiles are 14×32 (6×16 with AVX2 + FMA, whose
+    // own boundaries `packed::tests` covers), its packing transposes 16×16,
     // and its blocks are 112 rows, 256 steps of k and 1024 columns: one
     // under, on and over each, and a k that ends a block one step in.
     let shapes = [
@@ -283,7 +284,14 @@ fn the_chosen_kernel_follows_the_cpus_widest_vector_unit() {
         GemmKernel::for_shape(512, &weight_gradient),
         GemmKernel::Gemm
     );
-    for bits in [32, 128, 256] {
+    // At 256 bits the packed kernel's AVX2 + FMA micro-kernel measured
+    // ahead of the crates or level at every shape of `bench gemm`.
+    for transposes in TRANSPOSES {
+        let product = spec(256, 1024, 784, transposes.0, transposes.1);
+        assert_eq!(GemmKernel::for_shape(256, &product), GemmKernel::Packed);
+    }
+    assert_eq!(GemmKernel::for_shape(256, &square), GemmKernel::Packed);
+    for bits in [32, 128] {
         assert_eq!(
             GemmKernel::for_shape(bits, &square),
             GemmKernel::for_vector_bits(bits)

@@ -200,12 +200,13 @@ fn round3(x: f64) -> f64 {
 }
 
 /// The kernel whose figures show what choosing `kernel` is worth: the
-/// `gemm` crate against the packed kernel, the two crates against each
-/// other where the packed one is not chosen.
+/// `gemm` crate against the packed kernel; where the packed one is not
+/// chosen, the packed kernel at 256 bits and more (it has AVX-512 and
+/// AVX2 + FMA micro-kernels), else the two crates against each other.
 fn alternative(kernel: GemmKernel) -> GemmKernel {
     match (kernel, GemmKernel::cpu_vector_bits()) {
         (GemmKernel::Packed, _) => GemmKernel::Gemm,
-        (_, 512) => GemmKernel::Packed,
+        (_, bits) if bits >= 256 => GemmKernel::Packed,
         (GemmKernel::Gemm, _) => GemmKernel::MatrixMultiply,
         _ => GemmKernel::Gemm,
     }

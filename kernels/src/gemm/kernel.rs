@@ -36,8 +36,9 @@ pub enum GemmKernel {
     /// (AVX-512 and AVX2 + FMA among them) and a portable one.
     MatrixMultiply,
     /// Cistern's own packed SGEMM: an AVX-512 micro-kernel where `avx512f`
-    /// is detected (a portable one elsewhere), with the bias and
-    /// activation applied per tile.
+    /// is detected, an AVX2 + FMA one where `avx2` and `fma` are (a
+    /// portable one elsewhere), with the bias and activation applied per
+    /// tile.
     Packed,
 }
 
@@ -77,12 +78,16 @@ impl GemmKernel {
     /// The faster kernel for `spec` on a CPU whose widest FMA vector is
     /// `bits` wide: at 512 bits [`GemmKernel::Packed`] when B is
     /// transposed (where it measured ahead of the `gemm` crate; elsewhere
-    /// it measured level or behind), else [`Self::for_vector_bits`].
+    /// it measured level or behind); at 256 bits (AVX2 + FMA, measured on
+    /// Zen 3) [`GemmKernel::Packed`] at every shape, where it measured
+    /// ahead of the `gemm` crate or level with it; else
+    /// [`Self::for_vector_bits`].
     pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
-        if bits >= 512 && spec.transpose_b {
-            return GemmKernel::Packed;
+        match bits {
+            512.. if spec.transpose_b => GemmKernel::Packed,
+            256..512 => GemmKernel::Packed,
+            _ => Self::for_vector_bits(bits),
         }
-        Self::for_vector_bits(bits)
     }
 
     /// The widest single-precision FMA vector this CPU has, in bits: 512
@@ -154,7 +159,7 @@ pub(super) struct Strides {
 }
 
 impl Strides {
-    fn of(spec: &GemmSpec) -> Strides {
+    pub(super) fn of(spec: &GemmSpec) -> Strides {
         let (m, n, k) = (spec.m as isize, spec.n as isize, spec.k as isize);
         let (a_row, a_col) = if spec.transpose_a { (1, m) } else { (k, 1) };
         let (b_row, b_col) = if spec.transpose_b { (1, k) } else { (n, 1) };

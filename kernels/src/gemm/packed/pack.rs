@@ -53,8 +53,14 @@ pub(super) fn pack<const W: usize>(
 fn lanes_contiguous<const W: usize>(src: &Operand, base: usize, live: usize, panel: &mut [f32]) {
     for (step, dst) in panel.chunks_exact_mut(W).enumerate() {
         let from = base + step * src.step_stride;
-        dst[..live].copy_from_slice(&src.data[from..from + live]);
-        dst[live..].fill(0.0);
+        if live == W {
+            // A copy of a constant length, inlined: `W` floats through a
+            // `memmove` call per step cost more than the copy.
+            dst[..W].copy_from_slice(&src.data[from..from + W]);
+        } else {
+            dst[..live].copy_from_slice(&src.data[from..from + live]);
+            dst[live..].fill(0.0);
+        }
     }
 }
 

@@ -10,30 +10,58 @@
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512, __mmask16, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    __m256, __m256i, __m512, __mmask16, _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps,
+    _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_setr_epi32, _mm256_setzero_ps,
+    _mm256_storeu_ps, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
     _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
 };
 
-use super::{MR, NR};
+/// Rows of the AVX-512 kernel's tile (one broadcast of A each).
+pub(super) const AVX512_MR: usize = 14;
+/// Columns of the AVX-512 kernel's tile (two 16-lane vectors).
+pub(super) const AVX512_NR: usize = 32;
+/// Rows of the AVX2 + FMA kernel's tile: 6×16 in 12 accumulators, 2 B
+/// vectors and a broadcast (15 of the 16 `ymm` registers).
+pub(super) const AVX2_MR: usize = 6;
+/// Columns of the AVX2 + FMA kernel's tile (two 8-lane vectors).
+pub(super) const AVX2_NR: usize = 16;
 
 /// Which micro-kernel a product runs, detected once per product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Micro {
-    /// `MR`×`NR` tiles in 2·`MR` AVX-512 accumulators (`avx512f`).
+    /// `AVX512_MR`×`AVX512_NR` tiles in 28 AVX-512 accumulators
+    /// (`avx512f`).
     Avx512,
-    /// The same tiles in plain Rust, for CPUs without AVX-512.
+    /// `AVX2_MR`×`AVX2_NR` tiles in 12 AVX accumulators (`avx2` and
+    /// `fma`).
+    Avx2Fma,
+    /// Tiles of any size in plain Rust, for every other CPU.
     Portable,
 }
 
 impl Micro {
+    /// The widest micro-kernel this CPU runs.
     pub(super) fn detect() -> Micro {
+        Micro::available()[0]
+    }
+
+    /// Every micro-kernel this CPU runs, widest first (the portable one
+    /// last): for tests that must cover each, not only the detected one.
+    pub(super) fn available() -> Vec<Micro> {
+        let mut micros = Vec::with_capacity(3);
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
-                return Micro::Avx512;
+                micros.push(Micro::Avx512);
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                micros.push(Micro::Avx2Fma);
             }
         }
-        Micro::Portable
+        micros.push(Micro::Portable);
+        micros
     }
 }
 
@@ -73,8 +101,8 @@ impl Out {
 
 /// A tile of C: `rows` (1..=`MR`) × `cols` (1..=`NR`) from (`row`, `col`)
 /// of the block, the product of `kc` steps of packed A (`MR` per step) and
-/// packed B (`NR` per step). Adds to C when `accumulate`, else overwrites
-/// it without reading it.
+/// packed B (`NR` per step), `MR`×`NR` being the micro-kernel's tile. Adds
+/// to C when `accumulate`, else overwrites it without reading it.
 pub(super) struct Tile {
     pub row: usize,
     pub col: usize,
@@ -84,19 +112,35 @@ pub(super) struct Tile {
     pub accumulate: bool,
 }
 
-/// Computes `tile` of `out` from the packed micro-panels `a` and `b`.
-pub(super) fn tile(micro: Micro, out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+/// Computes `tile` of `out` from the packed micro-panels `a` and `b`, on
+/// `micro` at its own tile size (`MR`×`NR`, which the portable kernel
+/// takes as given).
+pub(super) fn tile<const MR: usize, const NR: usize>(
+    micro: Micro,
+    out: &mut Out,
+    tile: &Tile,
+    a: &[f32],
+    b: &[f32],
+) {
     assert!((1..=MR).contains(&tile.rows) && (1..=NR).contains(&tile.cols));
     assert!(a.len() >= tile.kc * MR && b.len() >= tile.kc * NR);
     assert!(tile.row + tile.rows <= out.rows && tile.col + tile.cols <= out.cols);
     match micro {
         #[cfg(target_arch = "x86_64")]
-        Micro::Avx512 => avx512_rows(out, tile, a, b),
-        _ => portable(out, tile, a, b),
+        Micro::Avx512 => {
+            assert!(MR == AVX512_MR && NR == AVX512_NR);
+            avx512_rows(out, tile, a, b);
+        }
+        #[cfg(target_arch = "x86_64")]
+        Micro::Avx2Fma => {
+            assert!(MR == AVX2_MR && NR == AVX2_NR);
+            avx2_rows(out, tile, a, b);
+        }
+        _ => portable::<MR, NR>(out, tile, a, b),
     }
 }
 
-fn portable(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+fn portable<const MR: usize, const NR: usize>(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
     let mut acc = [[0.0f32; NR]; MR];
     for (a_step, b_step) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).take(tile.kc) {
         for (acc_row, &x) in acc.iter_mut().zip(a_step) {
@@ -116,7 +160,7 @@ fn portable(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
 /// Dispatches to the AVX-512 kernel compiled for the tile's row count.
 #[cfg(target_arch = "x86_64")]
 fn avx512_rows(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
-    debug_assert!(tile.rows <= MR && MR == 14 && NR == 32);
+    debug_assert!(tile.rows <= AVX512_MR && AVX512_MR == 14);
     match tile.rows {
         14 => avx512_call::<14>(out, tile, a, b),
         13 => avx512_call::<13>(out, tile, a, b),
@@ -157,6 +201,157 @@ fn avx512_call<const ROWS: usize>(out: &mut Out, tile: &Tile, a: &[f32], b: &[f3
     }
 }
 
+/// Dispatches to the AVX2 + FMA kernel compiled for the tile's row count.
+#[cfg(target_arch = "x86_64")]
+fn avx2_rows(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    debug_assert!(tile.rows <= AVX2_MR && AVX2_MR == 6);
+    match tile.rows {
+        6 => avx2_call::<6>(out, tile, a, b),
+        5 => avx2_call::<5>(out, tile, a, b),
+        4 => avx2_call::<4>(out, tile, a, b),
+        3 => avx2_call::<3>(out, tile, a, b),
+        2 => avx2_call::<2>(out, tile, a, b),
+        _ => avx2_call::<1>(out, tile, a, b),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn avx2_call<const ROWS: usize>(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    debug_assert!(ROWS == tile.rows);
+    let offset = tile.row * out.ldc + tile.col;
+    // SAFETY: `Micro::Avx2Fma` is only detected where `avx2` and `fma` are
+    // present. `tile` checked that the panels hold `kc` steps (the kernel
+    // reads `ROWS ≤ AVX2_MR` of each A step and `AVX2_NR` of each B step)
+    // and that the tile's rows and `cols` columns lie in the block, which
+    // is valid and ours alone (`Out::new`); columns past `cols` are masked
+    // off.
+    unsafe {
+        avx2::<ROWS>(
+            tile.kc,
+            a.as_ptr(),
+            b.as_ptr(),
+            out.ptr.add(offset),
+            out.ldc,
+            tile.cols,
+            tile.accumulate,
+        );
+    }
+}
+
+/// The mask of the first `n` lanes of an 8-lane vector (all of them for
+/// `n ≥ 8`, none for 0): lanes whose index is below `n` have the sign bit
+/// set, as `_mm256_maskload_ps` and `_mm256_maskstore_ps` read it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn first_lanes_256(n: usize) -> __m256i {
+    use std::arch::x86_64::{_mm256_cmpgt_epi32, _mm256_set1_epi32};
+    let n = n.min(8) as i32;
+    _mm256_cmpgt_epi32(
+        _mm256_set1_epi32(n),
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+    )
+}
+
+/// `ROWS`×16 tile: two 8-lane accumulators per row, A broadcast from its
+/// packed step, B loaded as two vectors per step.
+///
+/// # Safety
+/// The CPU has `avx2` and `fma`; `a` holds `kc·AVX2_MR` and `b`
+/// `kc·AVX2_NR` readable floats; `c` is valid for reads and writes of
+/// `ROWS` rows of `cols` (1..=16) elements, `ldc` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2<const ROWS: usize>(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // C's rows are 4 KiB apart at n = 1024, each a likely miss: ask for
+    // them now so that they arrive during the k loop.
+    for r in 0..ROWS {
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc).cast());
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc + cols - 1).cast());
+    }
+    let mut acc: [[__m256; 2]; ROWS] = [[_mm256_setzero_ps(); 2]; ROWS];
+    let step = |acc: &mut [[__m256; 2]; ROWS], step: usize| {
+        // SAFETY: `step < kc` (the callers below), so the step's AVX2_NR
+        // floats of B and its AVX2_MR floats of A (ROWS ≤ AVX2_MR read)
+        // lie in the panels.
+        let (a_step, b0, b1) = unsafe {
+            let b_step = b.add(step * AVX2_NR);
+            (
+                a.add(step * AVX2_MR),
+                _mm256_loadu_ps(b_step),
+                _mm256_loadu_ps(b_step.add(8)),
+            )
+        };
+        for (r, acc_row) in acc.iter_mut().enumerate() {
+            // SAFETY: r < ROWS ≤ AVX2_MR, inside the step (above).
+            let x = _mm256_broadcast_ss(unsafe { &*a_step.add(r) });
+            acc_row[0] = _mm256_fmadd_ps(x, b0, acc_row[0]);
+            acc_row[1] = _mm256_fmadd_ps(x, b1, acc_row[1]);
+        }
+    };
+    // Four steps per iteration, so the loop's own instructions are a
+    // smaller share of the front end's.
+    let whole = kc / 4 * 4;
+    for first in (0..whole).step_by(4) {
+        step(&mut acc, first);
+        step(&mut acc, first + 1);
+        step(&mut acc, first + 2);
+        step(&mut acc, first + 3);
+    }
+    for last in whole..kc {
+        step(&mut acc, last);
+    }
+    if cols == AVX2_NR {
+        for (r, acc_row) in acc.iter().enumerate() {
+            for (half, &sum) in acc_row.iter().enumerate() {
+                // SAFETY: row r < ROWS of C, all 16 of its columns in it.
+                unsafe {
+                    let dst = c.add(r * ldc + half * 8);
+                    let sum = if accumulate {
+                        _mm256_add_ps(sum, _mm256_loadu_ps(dst))
+                    } else {
+                        sum
+                    };
+                    _mm256_storeu_ps(dst, sum);
+                }
+            }
+        }
+        return;
+    }
+    let masks = [
+        first_lanes_256(cols),
+        first_lanes_256(cols.saturating_sub(8)),
+    ];
+    for (r, acc_row) in acc.iter().enumerate() {
+        for (half, (&sum, &mask)) in acc_row.iter().zip(&masks).enumerate() {
+            if half * 8 >= cols {
+                continue;
+            }
+            // SAFETY: row r < ROWS of C, and its lanes from `half·8` start
+            // before `cols`; the mask keeps the lanes at or past `cols`
+            // from being loaded or stored, and masked-off lanes of
+            // `vmaskmovps` never touch memory (nor fault).
+            unsafe {
+                let dst = c.add(r * ldc + half * 8);
+                let sum = if accumulate {
+                    _mm256_add_ps(sum, _mm256_maskload_ps(dst, mask))
+                } else {
+                    sum
+                };
+                _mm256_maskstore_ps(dst, mask, sum);
+            }
+        }
+    }
+}
+
 /// The mask of the first `n` (0..=16) lanes.
 #[cfg(target_arch = "x86_64")]
 fn first_lanes(n: usize) -> __mmask16 {
@@ -167,7 +362,7 @@ fn first_lanes(n: usize) -> __mmask16 {
 /// packed step, B loaded as two vectors per step.
 ///
 /// # Safety
-/// The CPU has `avx512f`; `a` holds `kc·MR` and `b` `kc·NR` readable
+/// The CPU has `avx512f`; `a` holds `kc·AVX512_MR` and `b` `kc·AVX512_NR` readable
 /// floats; `c` is valid for reads and writes of `ROWS` rows of `cols`
 /// (1..=32) elements, `ldc` apart.
 #[cfg(target_arch = "x86_64")]
@@ -183,18 +378,18 @@ unsafe fn avx512<const ROWS: usize>(
 ) {
     let mut acc: [[__m512; 2]; ROWS] = [[_mm512_setzero_ps(); 2]; ROWS];
     for step in 0..kc {
-        // SAFETY: `step < kc`, so the step's NR floats of B and its MR
-        // floats of A (ROWS ≤ MR read) lie in the panels.
+        // SAFETY: `step < kc`, so the step's AVX512_NR floats of B and its
+        // AVX512_MR floats of A (ROWS ≤ AVX512_MR read) lie in the panels.
         let (a_step, b0, b1) = unsafe {
-            let b_step = b.add(step * NR);
+            let b_step = b.add(step * AVX512_NR);
             (
-                a.add(step * MR),
+                a.add(step * AVX512_MR),
                 _mm512_loadu_ps(b_step),
                 _mm512_loadu_ps(b_step.add(16)),
             )
         };
         for (r, acc_row) in acc.iter_mut().enumerate() {
-            // SAFETY: r < ROWS ≤ MR, inside the step (above).
+            // SAFETY: r < ROWS ≤ AVX512_MR, inside the step (above).
             let x = _mm512_set1_ps(unsafe { *a_step.add(r) });
             acc_row[0] = _mm512_fmadd_ps(x, b0, acc_row[0]);
             acc_row[1] = _mm512_fmadd_ps(x, b1, acc_row[1]);
@@ -243,6 +438,9 @@ pub(super) fn transpose_16(
         // asserted above).
         #[cfg(target_arch = "x86_64")]
         Micro::Avx512 => unsafe { transpose_avx512(lanes, from, width, dst.as_mut_ptr(), stride) },
+        // SAFETY: as above, with `avx2` detected.
+        #[cfg(target_arch = "x86_64")]
+        Micro::Avx2Fma => unsafe { transpose_avx2(lanes, from, width, dst.as_mut_ptr(), stride) },
         _ => {
             for s in 0..16 {
                 for l in 0..width {
@@ -308,6 +506,68 @@ unsafe fn transpose_avx512(
             // SAFETY: step < 16, and the caller's `dst` holds `width`
             // floats at every `step · stride`; the mask stores only those.
             unsafe { _mm512_mask_storeu_ps(dst.add(step * stride), mask, column) };
+        }
+    }
+}
+
+/// `transpose_16` as four 8×8 register transposes.
+///
+/// # Safety
+/// As `transpose_16` asserts, on a CPU with `avx2`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_avx2(
+    lanes: &[&[f32]],
+    from: usize,
+    width: usize,
+    dst: *mut f32,
+    stride: usize,
+) {
+    use std::arch::x86_64::{
+        _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_unpackhi_ps, _mm256_unpacklo_ps,
+    };
+    for first_lane in (0..width).step_by(8) {
+        let mask = first_lanes_256(width - first_lane);
+        for first_step in [0, 8] {
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (row, lane) in r.iter_mut().zip(lanes.iter().skip(first_lane)) {
+                // SAFETY: the lane holds 16 floats from `from` (the caller).
+                *row = unsafe { _mm256_loadu_ps(lane.as_ptr().add(from + first_step)) };
+            }
+            let t = [
+                _mm256_unpacklo_ps(r[0], r[1]),
+                _mm256_unpackhi_ps(r[0], r[1]),
+                _mm256_unpacklo_ps(r[2], r[3]),
+                _mm256_unpackhi_ps(r[2], r[3]),
+                _mm256_unpacklo_ps(r[4], r[5]),
+                _mm256_unpackhi_ps(r[4], r[5]),
+                _mm256_unpacklo_ps(r[6], r[7]),
+                _mm256_unpackhi_ps(r[6], r[7]),
+            ];
+            // Per 128-bit half H, `u[o]` holds step 4H + o of rows 0..4
+            // (`u[o + 4]` of rows 4..8).
+            let u = [
+                _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+                _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+                _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+                _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+                _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+                _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+                _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+                _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+            ];
+            for o in 0..4 {
+                let low = _mm256_permute2f128_ps::<0x20>(u[o], u[o + 4]);
+                let high = _mm256_permute2f128_ps::<0x31>(u[o], u[o + 4]);
+                for (step, column) in [(first_step + o, low), (first_step + 4 + o, high)] {
+                    // SAFETY: step < 16, and the caller's `dst` holds
+                    // `width` floats at every `step · stride`; the mask
+                    // stores only those from `first_lane`.
+                    unsafe {
+                        _mm256_maskstore_ps(dst.add(step * stride + first_lane), mask, column)
+                    };
+                }
+            }
         }
     }
 }

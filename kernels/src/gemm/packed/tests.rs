@@ -1,0 +1,218 @@
+//! Every micro-kernel this CPU runs, each forced in turn (not only the one
+//! `Micro::detect` picks), against an f64 reference: awkward sizes, sizes
+//! off every tile and block boundary of every kernel, every transpose, the
+//! fused epilogue, and NaN and infinity propagation.
+
+use cistern_memory::SplitMix64;
+
+use super::simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro};
+use super::{AVX2_BLOCKING, AVX512_BLOCKING, product_on};
+use crate::Activation;
+use crate::gemm::GemmSpec;
+use crate::gemm::kernel::Strides;
+
+const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
+
+fn spec(m: usize, n: usize, k: usize, (transpose_a, transpose_b): (bool, bool)) -> GemmSpec {
+    GemmSpec {
+        m,
+        n,
+        k,
+        transpose_a,
+        transpose_b,
+        activation: Activation::Identity,
+    }
+}
+
+/// The f64 value of every element of C, and the sum of the magnitudes of
+/// its terms (the scale of f32 rounding error).
+fn reference(spec: &GemmSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> Vec<(f64, f64)> {
+    let GemmSpec { m, n, k, .. } = *spec;
+    let mut out = Vec::with_capacity(m * n);
+    for i in 0..m {
+        for j in 0..n {
+            let mut sum = bias.map_or(0.0, |bias| f64::from(bias[j]));
+            let mut magnitude = sum.abs();
+            for p in 0..k {
+                let a_ip = if spec.transpose_a {
+                    a[p * m + i]
+                } else {
+                    a[i * k + p]
+                };
+                let b_pj = if spec.transpose_b {
+                    b[j * k + p]
+                } else {
+                    b[p * n + j]
+                };
+                let term = f64::from(a_ip) * f64::from(b_pj);
+                sum += term;
+                magnitude += term.abs();
+            }
+            let value = match spec.activation {
+                Activation::Identity => sum,
+                Activation::Relu => sum.max(0.0),
+                Activation::Tanh => sum.tanh(),
+                other => unreachable!("no reference for {other:?}"),
+            };
+            out.push((value, magnitude));
+        }
+    }
+    out
+}
+
+/// Runs `micro` with C starting as NaN (so a kernel that reads C before
+/// writing it fails) and compares every element with the reference; NaN
+/// and infinite references must come out NaN and the same infinity.
+fn check(micro: Micro, spec: &GemmSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>) {
+    let mut c = vec![f32::NAN; spec.m * spec.n];
+    product_on(micro, spec, &Strides::of(spec), a, b, bias, &mut c);
+    for (index, (&got, &(want, magnitude))) in
+        c.iter().zip(&reference(spec, a, b, bias)).enumerate()
+    {
+        let at = (index / spec.n, index % spec.n);
+        let ok = if want.is_nan() {
+            got.is_nan()
+        } else if want.is_infinite() {
+            f64::from(got) == want
+        } else {
+            (f64::from(got) - want).abs() <= 1e-5 * (magnitude + 1.0)
+        };
+        assert!(
+            ok,
+            "{micro:?} {spec:?} bias={} at {at:?}: {got} vs {want}",
+            bias.is_some()
+        );
+    }
+}
+
+fn check_random(micro: Micro, spec: &GemmSpec, with_bias: bool, rng: &mut SplitMix64) {
+    let a = rng.symmetric_f32s(spec.m * spec.k);
+    let b = rng.symmetric_f32s(spec.k * spec.n);
+    let bias = rng.symmetric_f32s(spec.n);
+    check(micro, spec, &a, &b, with_bias.then_some(&bias[..]));
+}
+
+/// One under, on and over `size`, and twice it plus one.
+fn around(size: usize) -> [usize; 4] {
+    [size - 1, size, size + 1, 2 * size + 1]
+}
+
+#[test]
+fn every_micro_kernel_on_this_cpu_matches_the_reference_at_awkward_sizes_and_primes() {
+    let mut rng = SplitMix64::new(41);
+    let shapes = [
+        (1, 1, 1),
+        (1, 1, 2),
+        (2, 3, 1),
+        (3, 5, 7),
+        (7, 11, 13),
+        (17, 1, 19),
+        (1, 23, 29),
+        (37, 41, 43),
+    ];
+    for micro in Micro::available() {
+        for (m, n, k) in shapes {
+            for transposes in TRANSPOSES {
+                check_random(micro, &spec(m, n, k, transposes), false, &mut rng);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_micro_kernel_on_this_cpu_matches_the_reference_off_every_tile_boundary() {
+    let mut rng = SplitMix64::new(42);
+    for micro in Micro::available() {
+        for mr in [AVX2_MR, AVX512_MR] {
+            for nr in [AVX2_NR, AVX512_NR] {
+                for (m, n) in around(mr).into_iter().zip(around(nr)) {
+                    // k off the packing's 16-step transposes too.
+                    for k in [5, 16, 17] {
+                        for transposes in TRANSPOSES {
+                            check_random(micro, &spec(m, n, k, transposes), false, &mut rng);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_micro_kernel_on_this_cpu_matches_the_reference_off_every_block_boundary() {
+    let mut rng = SplitMix64::new(43);
+    for micro in Micro::available() {
+        for blocking in [AVX2_BLOCKING, AVX512_BLOCKING] {
+            // Rows around mc with k around kc, then columns around nc.
+            let shapes = [
+                (blocking.mc - 1, 9, blocking.kc + 1),
+                (blocking.mc + 1, 17, blocking.kc - 1),
+                (blocking.mc, 33, 2 * blocking.kc + 3),
+                (3, blocking.nc + 1, 19),
+                (7, blocking.nc - 1, blocking.kc + 1),
+            ];
+            for (m, n, k) in shapes {
+                for transposes in TRANSPOSES {
+                    check_random(micro, &spec(m, n, k, transposes), false, &mut rng);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_micro_kernel_on_this_cpu_fuses_bias_and_activation_on_the_last_k_block_only() {
+    let mut rng = SplitMix64::new(44);
+    for micro in Micro::available() {
+        for activation in [Activation::Identity, Activation::Relu, Activation::Tanh] {
+            // k past one block, so an epilogue run early would be re-added.
+            for (m, n, k) in [(13, 35, 300), (29, 70, 17)] {
+                for transposes in TRANSPOSES {
+                    for with_bias in [false, true] {
+                        let spec = GemmSpec {
+                            activation,
+                            ..spec(m, n, k, transposes)
+                        };
+                        check_random(micro, &spec, with_bias, &mut rng);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_micro_kernel_on_this_cpu_propagates_nan_and_infinity_to_the_elements_they_touch() {
+    let mut rng = SplitMix64::new(45);
+    // Over more than one tile and k block of every kernel.
+    let (m, n, k) = (31, 37, 263);
+    for micro in Micro::available() {
+        for transposes in TRANSPOSES {
+            let spec = spec(m, n, k, transposes);
+            let mut a = rng.symmetric_f32s(m * k);
+            let mut b = rng.symmetric_f32s(k * n);
+            // Storage positions: each lands on some (row, step) or
+            // (step, column) whatever the transpose.
+            a[5 * k + 3] = f32::NAN;
+            a[k * (m - 1) + 260] = f32::INFINITY;
+            b[17] = f32::INFINITY;
+            b[7 * n + 2] = f32::NEG_INFINITY;
+            b[k * n - 1] = f32::NAN;
+            let bias = rng.symmetric_f32s(n);
+            let want = reference(&spec, &a, &b, Some(&bias));
+            assert!(want.iter().any(|w| w.0.is_nan()) && want.iter().any(|w| w.0.is_infinite()));
+            check(micro, &spec, &a, &b, Some(&bias));
+        }
+    }
+}
+
+#[test]
+fn the_detected_micro_kernel_is_the_widest_this_cpu_runs() {
+    let available = Micro::available();
+    assert_eq!(Micro::detect(), available[0]);
+    assert_eq!(available.last(), Some(&Micro::Portable));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        assert!(available.contains(&Micro::Avx2Fma));
+    }
+}
