@@ -220,10 +220,18 @@ fn every_seeded_interleaving_keeps_every_invariant() {
         seeds.len(),
         failures.join("\n")
     );
+    // Every run ends active, its baseline checked, or lost, where nothing
+    // can be checked: none skips the check silently.
+    assert_eq!(
+        total.baseline_checks + lost,
+        seeds.len() as u64,
+        "every run ends with its baseline checked or unrecoverable"
+    );
     println!(
-        "{} seeds x {steps} steps in {:.1} s: {total:?}, recoveries: {recoveries}, unrecoverable: {lost}",
+        "{} seeds x {steps} steps in {:.1} s: {total:?}, recoveries: {recoveries}, unrecoverable: {lost} (the baseline checked on each of the other {})",
         seeds.len(),
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        total.baseline_checks
     );
     if seeds.len() as u64 >= SEEDS && steps >= STEPS {
         // Without these the invariants could hold vacuously.
