@@ -4,7 +4,8 @@
 //! every invariant checked after every step.
 //!
 //! `CISTERN_SIM_SEEDS=N` and `CISTERN_SIM_STEPS=N` run more seeds and
-//! longer runs; `CISTERN_SIM_SEED=N` replays one seed (with
+//! longer runs (from seed `CISTERN_SIM_FIRST_SEED`, 0 unless set);
+//! `CISTERN_SIM_SEED=N` replays one seed (with
 //! `CISTERN_SIM_SKIP=a,b,..` to leave out the steps a shrink dropped). A
 //! failing seed is shrunk to the shortest failing prefix, then single
 //! client actions are dropped while it still fails; the report names the
@@ -168,7 +169,10 @@ fn plan() -> (Vec<u64>, usize, BTreeSet<usize>) {
     let steps = env_number("CISTERN_SIM_STEPS").map_or(STEPS, |steps| steps as usize);
     let seeds = match env_number("CISTERN_SIM_SEED") {
         Some(seed) => vec![seed],
-        None => (0..env_number("CISTERN_SIM_SEEDS").unwrap_or(SEEDS)).collect(),
+        None => {
+            let first = env_number("CISTERN_SIM_FIRST_SEED").unwrap_or(0);
+            (first..first + env_number("CISTERN_SIM_SEEDS").unwrap_or(SEEDS)).collect()
+        }
     };
     let skip = std::env::var("CISTERN_SIM_SKIP")
         .map(|text| {
