@@ -522,3 +522,65 @@ fn a_launch_refused_while_retiring_is_not_latched_on_its_stream() {
     );
     drop(sync);
 }
+
+/// Runs `stream`'s queued work on the device, delivering completions and
+/// letting the server step after each item, until nothing of it is left.
+fn run_stream(harness: &mut TestServer, stream: StreamId) {
+    while harness.device.busy_streams().contains(&stream) {
+        harness.device.run_next(stream, &Run::Normal);
+        harness.device.deliver(usize::MAX);
+        harness.core.tick(Instant::now());
+    }
+}
+
+#[test]
+fn a_read_queued_on_a_stream_destroyed_before_an_invalidate_never_answers_bytes_after_the_reset() {
+    let mut harness = TestServer::new();
+    let other = harness.create_stream();
+    let buffer = harness.reserve_on(64, other);
+    let write = harness.call(|reply| Command::Write {
+        stream: other,
+        target: Region {
+            buffer,
+            offset: 0,
+            size: 64,
+        },
+        data: vec![7; 64].into(),
+        reply,
+    });
+    assert_eq!(write, Ok(()));
+    harness.launch(other, KernelLaunch::trap(), None);
+    let read = harness.send(|reply| Command::Read {
+        stream: other,
+        source: Region {
+            buffer,
+            offset: 0,
+            size: 64,
+        },
+        reply,
+    });
+    // The write and the trap run; the read stays queued behind them.
+    harness.device.run_next(other, &Run::Normal);
+    harness.device.run_next(other, &Run::Normal);
+    assert!(harness.state().is_poisoned());
+    let destroyed = harness.call(|reply| Command::DestroyStream {
+        stream: other,
+        reply,
+    });
+    assert_eq!(destroyed, Ok(()));
+    let answer = harness.invalidate(0);
+    // The default stream drains first: the recovery must still wait for the
+    // work queued on the stream it no longer knows.
+    run_stream(&mut harness, DEFAULT_STREAM);
+    assert_eq!(harness.state(), ContextState::Retiring { generation: 0 });
+    assert!(harness.device.reset_generations().is_empty());
+    harness.run_normally();
+    assert_eq!(
+        read.try_recv().ok(),
+        Some(Err(ServerError::ContextPoisoned(trap_poison(0))))
+    );
+    assert_eq!(
+        answer.try_recv().ok(),
+        Some(Ok(ContextState::Active { generation: 1 }))
+    );
+}

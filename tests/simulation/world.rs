@@ -370,20 +370,26 @@ impl World {
             }
         }
         self.settle()?;
+        // Recover, so the teardown below runs on a live context: once the
+        // device is quiet nothing can trap again, so one recovery ends it.
         if let ContextState::Poisoned { generation, .. } = self.state() {
-            // Recover, so the teardown below runs on a live context.
             self.invalidate(0, generation)?;
             self.settle()?;
         }
-        if self.state().is_active() {
-            // Every byte the model knows, read back once more: catches what
-            // a move or a reuse broke after the last read of a buffer.
-            for index in 0..self.clients.len() {
-                for slot in 0..self.clients[index].live.len() {
-                    self.read_span(index, slot, 0, self.clients[index].live[slot].size)?;
+        match self.state() {
+            ContextState::Active { .. } => {
+                // Every byte the model knows, read back once more: catches
+                // what a move or a reuse broke after the last read of a buffer.
+                for index in 0..self.clients.len() {
+                    for slot in 0..self.clients[index].live.len() {
+                        self.read_span(index, slot, 0, self.clients[index].live[slot].size)?;
+                    }
                 }
+                self.settle()?;
             }
-            self.settle()?;
+            // Nothing succeeds after loss: the run is counted as ended lost.
+            ContextState::Unrecoverable { .. } => {}
+            other => return Err(format!("the final drain ended {other:?}")),
         }
         self.every_reply_answered()?;
         let generation = self.state().generation();
@@ -393,10 +399,11 @@ impl World {
                 self.recovered_to
             ));
         }
-        if self.state().is_active() {
-            self.drop_everything()?;
+        match self.state() {
+            ContextState::Active { .. } => self.drop_everything(),
+            ContextState::Unrecoverable { .. } => Ok(()),
+            other => Err(format!("the read-back of the final drain ended {other:?}")),
         }
-        Ok(())
     }
 
     fn every_reply_answered(&self) -> Result<(), Failure> {
@@ -464,6 +471,10 @@ impl World {
                 }
             }
             self.device.deliver(usize::MAX);
+            // A server takes the completions at its next command (`tick`
+            // takes them only while a recovery runs); a drain sends none,
+            // so its end state would miss a fault that arrived last.
+            self.core.drain_completions();
             self.core.tick(Instant::now());
             self.after_step()?;
             if self.device.is_quiet() && !self.core.is_recovering() {
@@ -472,6 +483,12 @@ impl World {
         }
         if self.core.is_recovering() {
             return Err("the recovery did not finish after the device drained".into());
+        }
+        if !self.device.is_quiet() {
+            return Err(format!(
+                "the device did not drain: {} items still queued",
+                self.device.queued_len()
+            ));
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use super::validate::{check_launch, check_strided, regions_overlap};
 use crate::backend::{Backend, ResolvedLaunch, StreamWork, StrideLayout};
 use crate::command::{BufferRef, CompactionReport, EventId, Region, Reservation, StridedCopy};
 use crate::failure::PendingToken;
-use crate::sync::Reply;
+use crate::sync::{Reply, reply_channel};
 use crate::{Access, DEFAULT_STREAM, FailureToken, KernelLaunch, ServerError};
 
 impl<B: Backend> ServerCore<B> {
@@ -278,8 +278,20 @@ impl<B: Backend> ServerCore<B> {
             });
         }
         self.check_stream(stream)?;
+        // Queued work still runs once the stream is gone: a marker queued
+        // last lets a recovery's drain wait for it before the reset (a lost
+        // context never recovers, so it needs none).
+        let last_marker =
+            if self.backend.stream_idle(stream) || self.context.state().is_unrecoverable() {
+                None
+            } else {
+                let (reply, reached) = reply_channel();
+                self.queue(stream, StreamWork::Sync { reply })
+                    .ok()
+                    .map(|_| reached)
+            };
         self.backend.destroy_stream(stream);
-        self.streams.remove(stream);
+        self.streams.remove(stream, last_marker);
         Ok(())
     }
 

@@ -2,7 +2,9 @@
 //! server takes between commands — it never waits on an executor.
 //!
 //! 1. `Poisoned → Retiring`: a drain marker (a stream sync) is queued on
-//!    every stream; the executors answer them.
+//!    every stream; the executors answer them. A destroyed stream whose
+//!    work may still run has its last marker, queued when it was
+//!    destroyed: the drain waits for those too.
 //! 2. When every marker is answered: the old generation's completions are
 //!    drained, the backend syncs and clears its sticky state, and every
 //!    allocation of the old generation is released.
@@ -162,6 +164,9 @@ impl<B: Backend> ServerCore<B> {
                 }
             }
         }
+        // Destroyed streams' queued work runs on the old generation's
+        // memory: it must be drained before the reset too.
+        pending.extend(self.streams.take_destroyed());
         self.backend.flush();
         tracing::info!(
             device = self.ordinal,

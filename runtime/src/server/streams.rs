@@ -2,18 +2,25 @@
 //! it handed out, and the ids of new streams and events.
 //!
 //! Invariants: the default stream always exists; a stream's sequences rise
-//! by one per item queued on it; stream and event ids are never reused.
+//! by one per item queued on it; stream and event ids are never reused; a
+//! destroyed stream whose queued work may still run is kept, with the
+//! marker queued last on it, until the marker is answered.
 
 use cistern_memory::{IdMap, StreamId};
 
 use crate::DEFAULT_STREAM;
 use crate::command::EventId;
+use crate::sync::Answer;
 
 /// The streams of one server and their sequence counters.
 #[derive(Debug)]
 pub(super) struct Streams {
     /// Each stream's last sequence number handed out.
     last: IdMap<StreamId, u64>,
+    /// Destroyed streams whose queued work may still run, each with the
+    /// answer of the sync marker queued last on it: a recovery's drain
+    /// waits for these too, or their work would run after the reset.
+    destroyed: Vec<(StreamId, Answer<()>)>,
     next_stream: u64,
     next_event: u64,
 }
@@ -23,6 +30,7 @@ impl Streams {
     pub(super) fn new() -> Self {
         Streams {
             last: IdMap::from_iter([(DEFAULT_STREAM, 0)]),
+            destroyed: Vec::new(),
             next_stream: DEFAULT_STREAM.0 + 1,
             next_event: 0,
         }
@@ -58,10 +66,24 @@ impl Streams {
         stream
     }
 
-    /// Forgets `stream` (never the default stream).
-    pub(super) fn remove(&mut self, stream: StreamId) {
+    /// Forgets `stream` (never the default stream). `last_marker`, the
+    /// answer of a sync queued last on it (`None`: nothing left to run), is
+    /// kept until answered; markers already answered are dropped (a lost
+    /// one is kept: the next recovery's drain ends unrecoverable on it).
+    pub(super) fn remove(&mut self, stream: StreamId, last_marker: Option<Answer<()>>) {
         debug_assert_ne!(stream, DEFAULT_STREAM, "the default stream stays");
         self.last.remove(&stream);
+        self.destroyed
+            .retain(|(_, marker)| marker.try_recv().is_err());
+        if let Some(marker) = last_marker {
+            self.destroyed.push((stream, marker));
+        }
+    }
+
+    /// The last markers of destroyed streams, taken: a recovery's drain
+    /// waits for each as for a marker of its own.
+    pub(super) fn take_destroyed(&mut self) -> Vec<(StreamId, Answer<()>)> {
+        std::mem::take(&mut self.destroyed)
     }
 
     /// The next sequence number of `stream`, taken; `None` for an unknown stream.
@@ -90,9 +112,24 @@ mod tests {
         assert_eq!(streams.next_sequence(DEFAULT_STREAM), Some(1));
         assert_eq!(streams.next_sequence(DEFAULT_STREAM), Some(2));
         assert_eq!(streams.next_sequence(other), Some(1));
-        streams.remove(other);
+        streams.remove(other, None);
         assert_eq!(streams.next_sequence(other), None);
         assert_ne!(streams.add(), other);
         assert_ne!(streams.next_event(), streams.next_event());
+    }
+
+    #[test]
+    fn a_destroyed_streams_marker_is_kept_until_answered() {
+        let mut streams = Streams::new();
+        let (first, second) = (streams.add(), streams.add());
+        let (answered, reached) = crate::sync::reply_channel();
+        streams.remove(first, Some(reached));
+        let (_waiting, unanswered) = crate::sync::reply_channel::<()>();
+        assert!(answered.send(Ok(())).is_ok());
+        // Removing another stream drops the marker already answered.
+        streams.remove(second, Some(unanswered));
+        let kept: Vec<StreamId> = streams.take_destroyed().iter().map(|(s, _)| *s).collect();
+        assert_eq!(kept, vec![second]);
+        assert!(streams.take_destroyed().is_empty());
     }
 }
