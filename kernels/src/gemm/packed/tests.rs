@@ -5,11 +5,15 @@
 
 use cistern_memory::SplitMix64;
 
+#[path = "../../../tests/common/gemm_reference.rs"]
+mod gemm_reference;
+use gemm_reference::reference;
+
 use super::simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro};
 use super::{AVX2_BLOCKING, AVX512_BLOCKING, product_on};
-use crate::Activation;
 use crate::gemm::GemmSpec;
 use crate::gemm::kernel::Strides;
+use crate::{Activation, erfc};
 
 const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
 
@@ -22,42 +26,6 @@ fn spec(m: usize, n: usize, k: usize, (transpose_a, transpose_b): (bool, bool)) 
         transpose_b,
         activation: Activation::Identity,
     }
-}
-
-/// The f64 value of every element of C, and the sum of the magnitudes of
-/// its terms (the scale of f32 rounding error).
-fn reference(spec: &GemmSpec, a: &[f32], b: &[f32], bias: Option<&[f32]>) -> Vec<(f64, f64)> {
-    let GemmSpec { m, n, k, .. } = *spec;
-    let mut out = Vec::with_capacity(m * n);
-    for i in 0..m {
-        for j in 0..n {
-            let mut sum = bias.map_or(0.0, |bias| f64::from(bias[j]));
-            let mut magnitude = sum.abs();
-            for p in 0..k {
-                let a_ip = if spec.transpose_a {
-                    a[p * m + i]
-                } else {
-                    a[i * k + p]
-                };
-                let b_pj = if spec.transpose_b {
-                    b[j * k + p]
-                } else {
-                    b[p * n + j]
-                };
-                let term = f64::from(a_ip) * f64::from(b_pj);
-                sum += term;
-                magnitude += term.abs();
-            }
-            let value = match spec.activation {
-                Activation::Identity => sum,
-                Activation::Relu => sum.max(0.0),
-                Activation::Tanh => sum.tanh(),
-                other => unreachable!("no reference for {other:?}"),
-            };
-            out.push((value, magnitude));
-        }
-    }
-    out
 }
 
 /// Runs `micro` with C starting as NaN (so a kernel that reads C before
