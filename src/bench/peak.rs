@@ -6,7 +6,10 @@
 use std::time::Instant;
 
 /// Vector FMAs per chain per thread in one measurement.
-const ITERATIONS: u64 = 50_000_000;
+const ITERATIONS: u64 = 20_000_000;
+/// Measurements taken; the fastest is the peak, since a vCPU shared with
+/// other guests only ever runs slower than its cores can.
+const MEASUREMENTS: usize = 5;
 /// Independent accumulators: enough to cover the FMA latency (4 cycles) on
 /// two FMA pipes with room to spare.
 const CHAINS: usize = 12;
@@ -39,10 +42,25 @@ pub fn fma_peak(threads: usize) -> Option<FmaPeak> {
     None
 }
 
+/// The fastest of [`MEASUREMENTS`] runs of `chains` on `threads` threads.
+#[cfg(target_arch = "x86_64")]
+fn measure(threads: usize, vector_bits: u32, chains: fn() -> f32) -> Option<FmaPeak> {
+    (0..MEASUREMENTS)
+        .map(|_| measure_once(threads, vector_bits, chains))
+        .try_fold(None::<FmaPeak>, |best, peak| {
+            let peak = peak?;
+            Some(Some(match best {
+                Some(best) if best.gflops >= peak.gflops => best,
+                _ => peak,
+            }))
+        })
+        .flatten()
+}
+
 /// Runs `chains` on `threads` threads at once; the sums are checked so the
 /// work cannot be optimized away.
 #[cfg(target_arch = "x86_64")]
-fn measure(threads: usize, vector_bits: u32, chains: fn() -> f32) -> Option<FmaPeak> {
+fn measure_once(threads: usize, vector_bits: u32, chains: fn() -> f32) -> Option<FmaPeak> {
     let start = Instant::now();
     let sums: Vec<f32> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads).map(|_| scope.spawn(chains)).collect();

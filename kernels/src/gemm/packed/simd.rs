@@ -420,7 +420,9 @@ unsafe fn avx512<const ROWS: usize>(
 
 /// Transposes 16 steps of up to 16 lanes into a packed panel: for
 /// `s < 16` and `l < width`, `dst[s·stride + l] = lanes[l][from + s]`,
-/// zero for `l ≥ lanes.len()`. Lanes past `width` are left untouched.
+/// zero for `l ≥ lanes.len()`. Lanes past `width` are left untouched,
+/// except that where `width == stride < 8` the first lanes of step 16 (the
+/// next step the packing writes) may be overwritten, when `dst` holds them.
 pub(super) fn transpose_16(
     micro: Micro,
     lanes: &[&[f32]],
@@ -440,7 +442,10 @@ pub(super) fn transpose_16(
         Micro::Avx512 => unsafe { transpose_avx512(lanes, from, width, dst.as_mut_ptr(), stride) },
         // SAFETY: as above, with `avx2` detected.
         #[cfg(target_arch = "x86_64")]
-        Micro::Avx2Fma => unsafe { transpose_avx2(lanes, from, width, dst.as_mut_ptr(), stride) },
+        Micro::Avx2Fma => unsafe {
+            let len = dst.len();
+            transpose_avx2(lanes, from, width, (dst.as_mut_ptr(), len), stride)
+        },
         _ => {
             for s in 0..16 {
                 for l in 0..width {
@@ -510,17 +515,23 @@ unsafe fn transpose_avx512(
     }
 }
 
-/// `transpose_16` as four 8×8 register transposes.
+/// `transpose_16` as four 8×8 register transposes. The steps are stored
+/// in order, each as one 8-lane store where it fits in `dst`: a group of
+/// fewer than 8 lanes (a 6-row A panel) then spills into the next step,
+/// which its own store overwrites after. AMD's `vmaskmovps` stores with a
+/// partial mask cost about four times a plain one, so the mask is kept for
+/// a group's last lanes where nothing follows them.
 ///
 /// # Safety
-/// As `transpose_16` asserts, on a CPU with `avx2`.
+/// As `transpose_16` asserts, on a CPU with `avx2`; `dst` is the start and
+/// length of `transpose_16`'s destination.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn transpose_avx2(
     lanes: &[&[f32]],
     from: usize,
     width: usize,
-    dst: *mut f32,
+    (dst, len): (*mut f32, usize),
     stride: usize,
 ) {
     use std::arch::x86_64::{
@@ -528,6 +539,9 @@ unsafe fn transpose_avx2(
     };
     for first_lane in (0..width).step_by(8) {
         let mask = first_lanes_256(width - first_lane);
+        // A spill past `width` may only land on lanes not yet written: the
+        // next step's, of a panel one group wide.
+        let may_spill = first_lane + 8 <= width || (first_lane == 0 && width == stride);
         for first_step in [0, 8] {
             let mut r = [_mm256_setzero_ps(); 8];
             for (row, lane) in r.iter_mut().zip(lanes.iter().skip(first_lane)) {
@@ -556,16 +570,26 @@ unsafe fn transpose_avx2(
                 _mm256_shuffle_ps::<0x44>(t[5], t[7]),
                 _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
             ];
+            let mut columns = [_mm256_setzero_ps(); 8];
             for o in 0..4 {
-                let low = _mm256_permute2f128_ps::<0x20>(u[o], u[o + 4]);
-                let high = _mm256_permute2f128_ps::<0x31>(u[o], u[o + 4]);
-                for (step, column) in [(first_step + o, low), (first_step + 4 + o, high)] {
-                    // SAFETY: step < 16, and the caller's `dst` holds
-                    // `width` floats at every `step · stride`; the mask
-                    // stores only those from `first_lane`.
-                    unsafe {
-                        _mm256_maskstore_ps(dst.add(step * stride + first_lane), mask, column)
-                    };
+                columns[o] = _mm256_permute2f128_ps::<0x20>(u[o], u[o + 4]);
+                columns[o + 4] = _mm256_permute2f128_ps::<0x31>(u[o], u[o + 4]);
+            }
+            for (offset, &column) in columns.iter().enumerate() {
+                let at = (first_step + offset) * stride + first_lane;
+                // SAFETY: step < 16, and the caller's `dst` holds `width`
+                // floats at every `step · stride`: the masked store writes
+                // only those from `first_lane`; the whole one writes 8
+                // floats inside `dst` (checked), past `width` only where
+                // `width == stride < 8`, onto the next step's first lanes,
+                // which a later store of this call or the packing's next
+                // writes over.
+                unsafe {
+                    if may_spill && at + 8 <= len {
+                        _mm256_storeu_ps(dst.add(at), column);
+                    } else {
+                        _mm256_maskstore_ps(dst.add(at), mask, column);
+                    }
                 }
             }
         }

@@ -9,6 +9,7 @@ use cistern_memory::SplitMix64;
 mod gemm_reference;
 use gemm_reference::reference;
 
+use super::pack::{Operand, pack, packed_len};
 use super::simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro};
 use super::{AVX2_BLOCKING, AVX512_BLOCKING, product_on};
 use crate::gemm::GemmSpec;
@@ -182,5 +183,72 @@ fn the_detected_micro_kernel_is_the_widest_this_cpu_runs() {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         assert!(available.contains(&Micro::Avx2Fma));
+    }
+}
+
+/// `pack`'s result written element by element: panel after panel of `W`
+/// lanes by the block's steps, zero past the last lane.
+fn packed_by_hand<const W: usize>(
+    src: &Operand,
+    lanes: std::ops::Range<usize>,
+    steps: std::ops::Range<usize>,
+) -> Vec<f32> {
+    let mut packed = vec![];
+    for first in lanes.clone().step_by(W) {
+        for step in steps.clone() {
+            for lane in first..first + W {
+                packed.push(if lane < lanes.end {
+                    src.data[src.at + lane * src.lane_stride + step * src.step_stride]
+                } else {
+                    0.0
+                });
+            }
+        }
+    }
+    packed
+}
+
+/// Packs with every micro-kernel's packing into a buffer full of NaN and
+/// compares each element with [`packed_by_hand`].
+fn check_packing<const W: usize>(lanes: usize, steps: usize, steps_adjacent: bool) {
+    let total = (lanes + 3) * (steps + 5);
+    let data: Vec<f32> = (0..total).map(|i| i as f32 + 1.0).collect();
+    let (lane_stride, step_stride) = if steps_adjacent {
+        (steps + 5, 1)
+    } else {
+        (1, lanes + 3)
+    };
+    let src = Operand {
+        data: &data,
+        at: 2,
+        lane_stride,
+        step_stride,
+    };
+    let (lanes, steps) = (1..1 + lanes, 3..3 + steps);
+    let want = packed_by_hand::<W>(&src, lanes.clone(), steps.clone());
+    for micro in Micro::available() {
+        let mut got = vec![f32::NAN; packed_len::<W>(lanes.len(), steps.len())];
+        pack::<W>(micro, &src, lanes.clone(), steps.clone(), &mut got);
+        assert_eq!(got.len(), want.len());
+        for (index, (&got, &want)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                got == want,
+                "{micro:?} W={W} {lanes:?}×{steps:?} adjacent={steps_adjacent} at {index}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn packing_writes_every_lane_of_every_step_once_for_each_tile_width_and_layout() {
+    for steps in [1, 15, 16, 17, 31, 32, 33, 48, 100] {
+        for lanes in [1, 5, 6, 7, 12, 13, 14, 15, 16, 17, 31, 32, 33] {
+            for adjacent in [true, false] {
+                check_packing::<AVX2_MR>(lanes, steps, adjacent);
+                check_packing::<AVX2_NR>(lanes, steps, adjacent);
+                check_packing::<AVX512_MR>(lanes, steps, adjacent);
+                check_packing::<AVX512_NR>(lanes, steps, adjacent);
+            }
+        }
     }
 }
