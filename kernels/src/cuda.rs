@@ -10,6 +10,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("prelude.cuh", include_str!("cuda/prelude.cuh")),
     ("control.cu", include_str!("cuda/control.cu")),
     ("elementwise.cu", include_str!("cuda/elementwise.cu")),
+    ("strided.cu", include_str!("cuda/strided.cu")),
     ("activation.cu", include_str!("cuda/activation.cu")),
     ("reduce.cu", include_str!("cuda/reduce.cu")),
     ("gemm.cu", include_str!("cuda/gemm.cu")),

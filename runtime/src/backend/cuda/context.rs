@@ -17,10 +17,11 @@ use super::status::describe;
 use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name.
-pub(super) const FUNCTIONS: [&str; 22] = [
+pub(super) const FUNCTIONS: [&str; 23] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
+    "cistern_strided_copy",
     "cistern_fill",
     "cistern_scale",
     "cistern_axpy",

@@ -14,6 +14,7 @@ use super::event::{CudaEvent, EventSignal};
 use super::ffi;
 use super::launch::{CudaSlice, Launcher};
 use super::status::fault;
+use super::strided::{self, strided_launch};
 use crate::Kernel;
 use crate::backend::StrideLayout;
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice};
@@ -144,14 +145,30 @@ impl StreamDevice for CudaStream {
 
     fn strided_copy(
         &mut self,
-        _: &CudaSlice,
-        _: &CudaSlice,
-        _: &StrideLayout,
+        source: &CudaSlice,
+        target: &CudaSlice,
+        layout: &StrideLayout,
     ) -> Result<(), KernelFault> {
-        // `supports_strides` is false: the server answers `UnsupportedStrides` first.
-        Err(KernelFault::Malformed(
-            "the CUDA backend has no strided copy".into(),
-        ))
+        let Some(launch) = strided_launch(source, target, layout)? else {
+            return Ok(());
+        };
+        let stream = self.stream_for("strided copy")?;
+        let module = self
+            .context
+            .module()
+            .map_err(|e| fault("load kernels", &e))?;
+        let launcher = Launcher {
+            module: &module,
+            stream,
+        };
+        // No owner hears a refusal here: every failure is sticky, as a copy's is.
+        launcher
+            .stride(strided::KERNEL, launch.units, &launch.args)
+            .map_err(|error| match error {
+                LaunchError::Fault(fault) => fault,
+                LaunchError::Refused(refusal) => KernelFault::Device(refusal.to_string()),
+            })?;
+        ffi::stream_synchronize(stream).map_err(|e| fault("strided copy", &e))
     }
 
     fn run(&mut self, launches: &[BoundLaunch<CudaSlice>]) -> Result<(), (usize, LaunchError)> {

@@ -30,9 +30,9 @@ impl CudaSlice {
 }
 
 /// Threads per block of every kernel (the reductions assume it).
-const BLOCK: u32 = 256;
+pub(super) const BLOCK: u32 = 256;
 /// The most blocks a grid-stride kernel is given.
-const MAX_GRID: u64 = 8192;
+pub(super) const MAX_GRID: u64 = 8192;
 
 /// One kernel argument, kept in a 64-bit slot the kernel reads its own
 /// width from (little-endian: a 4-byte argument is the slot's first bytes).
@@ -70,7 +70,7 @@ fn gemm_tiles(m: u64, n: u64) -> Option<u64> {
 
 /// The blocks of a launch wanting `wanted`: at least one, at most
 /// [`MAX_GRID`] (every kernel strides over what lies past its grid).
-fn grid_of(wanted: u64) -> u32 {
+pub(super) fn grid_of(wanted: u64) -> u32 {
     u32::try_from(wanted.clamp(1, MAX_GRID)).unwrap_or(1)
 }
 
@@ -101,7 +101,7 @@ impl Launcher<'_> {
     }
 
     /// A grid-stride kernel over `n` elements.
-    fn stride(&self, name: &str, n: u64, args: &[Arg]) -> Result<(), LaunchError> {
+    pub(super) fn stride(&self, name: &str, n: u64, args: &[Arg]) -> Result<(), LaunchError> {
         self.call(name, n.div_ceil(u64::from(BLOCK)), args)
     }
 

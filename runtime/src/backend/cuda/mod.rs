@@ -10,7 +10,8 @@
 //! - `context.rs`, `ptx.rs`: the primary context, its kernels, their PTX;
 //! - `storage.rs`, `launch.rs`, `device.rs`, `event.rs`: memory, kernels,
 //!   stream work, events;
-//! - `optimizer.rs`: each optimizer step's kernel, constants and slots.
+//! - `optimizer.rs`: each optimizer step's kernel, constants and slots;
+//! - `strided.rs`: a strided copy as its kernel's arguments.
 
 mod context;
 mod device;
@@ -22,6 +23,7 @@ mod optimizer;
 mod ptx;
 mod status;
 mod storage;
+mod strided;
 mod vmm;
 
 pub use driver::{CudaDeviceInfo, CudaUnavailable, devices};
@@ -54,7 +56,7 @@ use self::event::{CudaEvent, EventSignal};
 use self::launch::CudaSlice;
 use super::stream::{
     BoundLaunch, DeviceHealth, Job, Resolver, StreamProgress, StreamRunner, bind_launches,
-    refuse_all,
+    gpu_supports_strides, refuse_all,
 };
 use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
 use crate::command::EventId;
@@ -285,8 +287,8 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn supports_strides(&self, _layout: &StrideLayout) -> bool {
-        false
+    fn supports_strides(&self, layout: &StrideLayout) -> bool {
+        gpu_supports_strides(layout)
     }
 
     fn relocate(

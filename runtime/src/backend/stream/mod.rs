@@ -22,6 +22,7 @@ mod fault;
 mod health;
 mod progress;
 mod runner;
+mod strides;
 mod work;
 
 pub use fault::{KernelFault, LaunchError, ReadError, caught};
@@ -29,6 +30,7 @@ pub use health::DeviceHealth;
 pub use progress::StreamProgress;
 pub(crate) use runner::refuse_all;
 pub use runner::{REPORT_EVERY, StreamDevice, StreamRunner};
+pub use strides::{GPU_MAX_STRIDED_RANK, gpu_supports_strides};
 pub use work::{
     BoundLaunch, Job, OnDevice, Refused, Resolution, Resolver, StreamWork, Task, Unresolved, Work,
     bind_launches,

@@ -34,7 +34,9 @@ use self::slice::GpuSlice;
 use self::stream::{Counters, WgpuStream};
 use super::event::{EventSignal, HostEvent, event_of, record_in};
 use super::executors::{Executors, progress_of, unknown_stream};
-use super::stream::{BoundLaunch, Job, Resolver, StreamProgress, bind_launches};
+use super::stream::{
+    BoundLaunch, Job, Resolver, StreamProgress, bind_launches, gpu_supports_strides,
+};
 use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
 use crate::command::EventId;
 use crate::sync::Sender;
@@ -156,7 +158,7 @@ impl Backend for WgpuBackend {
     }
 
     fn supports_strides(&self, layout: &StrideLayout) -> bool {
-        stream::supports_strides(layout)
+        gpu_supports_strides(layout)
     }
 
     fn relocate(

@@ -14,11 +14,10 @@ use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
 use crate::backend::StrideLayout;
 use crate::backend::event::{EventSignal, HostEvent};
-use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice};
+use crate::backend::stream::{
+    BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice, gpu_supports_strides,
+};
 use crate::{Kernel, ServerError};
-
-/// The highest rank of a strided copy on wgpu.
-pub(super) const MAX_STRIDED_RANK: usize = 6;
 
 const STRIDED: Entry = Entry {
     module: Module::Strided,
@@ -40,15 +39,6 @@ pub(super) struct Counters {
 pub(super) struct WgpuStream {
     pub(super) context: Arc<GpuContext>,
     pub(super) counters: Arc<Counters>,
-}
-
-/// Whether wgpu runs this strided layout: whole 32-bit words per element.
-pub(super) fn supports_strides(layout: &StrideLayout) -> bool {
-    layout.shape.len() <= MAX_STRIDED_RANK
-        && layout.source_strides.len() == layout.shape.len()
-        && layout.target_strides.len() == layout.shape.len()
-        && layout.element_size % 4 == 0
-        && layout.element_size > 0
 }
 
 impl WgpuStream {
@@ -90,7 +80,7 @@ impl StreamDevice for WgpuStream {
     ) -> Result<(), KernelFault> {
         let context = &self.context;
         let malformed = |e: ServerError| KernelFault::Malformed(e.to_string());
-        if !supports_strides(layout) {
+        if !gpu_supports_strides(layout) {
             return Err(KernelFault::Malformed("unsupported stride layout".into()));
         }
         let elements: u64 = layout.shape.iter().product();
