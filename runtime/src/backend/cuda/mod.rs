@@ -10,16 +10,20 @@
 //! - `context.rs`, `ptx.rs`: the primary context, its kernels, their PTX;
 //! - `storage.rs`, `launch.rs`, `device.rs`, `event.rs`: memory, kernels,
 //!   stream work, events;
-//! - `optimizer.rs`: each optimizer step's kernel, constants and slots.
+//! - `optimizer.rs`: each optimizer step's kernel, constants and slots;
+//! - `lamb.rs`, `scratch.rs`: LAMB's passes and the host's decisions
+//!   between them, in device memory the stream owns.
 
 mod context;
 mod device;
 mod driver;
 mod event;
 mod ffi;
+mod lamb;
 mod launch;
 mod optimizer;
 mod ptx;
+mod scratch;
 mod status;
 mod storage;
 mod vmm;
@@ -52,6 +56,7 @@ use self::context::CudaContext;
 use self::device::{CudaCounters, CudaStream};
 use self::event::{CudaEvent, EventSignal};
 use self::launch::CudaSlice;
+use self::scratch::Scratch;
 use super::stream::{
     BoundLaunch, DeviceHealth, Job, Resolver, StreamProgress, StreamRunner, bind_launches,
     refuse_all,
@@ -200,6 +205,7 @@ impl Backend for CudaBackend {
             context: self.context.clone(),
             counters: self.counters.clone(),
             stream: None,
+            scratch: Scratch::default(),
         };
         let runner = StreamRunner::new(
             stream,
