@@ -15,6 +15,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("reduce.cu", include_str!("cuda/reduce.cu")),
     ("gemm.cu", include_str!("cuda/gemm.cu")),
     ("optimizer.cu", include_str!("cuda/optimizer.cu")),
+    ("lamb.cu", include_str!("cuda/lamb.cu")),
     ("amp.cu", include_str!("cuda/amp.cu")),
 ];
 

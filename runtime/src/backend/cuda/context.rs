@@ -17,7 +17,7 @@ use super::status::describe;
 use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name.
-pub(super) const FUNCTIONS: [&str; 23] = [
+pub(super) const FUNCTIONS: [&str; 25] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -38,6 +38,8 @@ pub(super) const FUNCTIONS: [&str; 23] = [
     "cistern_adam",
     "cistern_rmsprop",
     "cistern_adagrad",
+    "cistern_lamb_measure",
+    "cistern_lamb_write",
     "cistern_step_count_advance",
     "cistern_amp_unscale_by_device_scale",
     "cistern_amp_update_scale",

@@ -13,6 +13,7 @@ use super::context::CudaContext;
 use super::event::{CudaEvent, EventSignal};
 use super::ffi;
 use super::launch::{CudaSlice, Launcher};
+use super::scratch::Scratch;
 use super::status::fault;
 use super::strided::{self, strided_launch};
 use crate::Kernel;
@@ -33,6 +34,8 @@ pub(super) struct CudaStream {
     pub(super) counters: Arc<CudaCounters>,
     /// The CUDA stream and the context epoch it was made in.
     pub(super) stream: Option<(u64, usize)>,
+    /// Device memory for launches' intermediate values (LAMB).
+    pub(super) scratch: Scratch,
 }
 
 impl CudaStream {
@@ -66,9 +69,11 @@ impl CudaStream {
             .context
             .module()
             .map_err(|e| (0, LaunchError::Fault(fault("load kernels", &e))))?;
-        let launcher = Launcher {
+        let mut launcher = Launcher {
             module: &module,
             stream,
+            scratch: &mut self.scratch,
+            epoch: self.context.epoch(),
         };
         let mut queued = 0;
         let mut outcome = Ok(());
@@ -105,11 +110,15 @@ impl CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if let Some((made, stream)) = self.stream
-            && made == self.context.epoch()
-            && self.context.bind().is_ok()
-        {
-            let _ = ffi::stream_destroy(stream as CUstream);
+        // Only this epoch's handles: a reset destroyed the older ones.
+        let epoch = self.context.epoch();
+        let stream = self.stream.filter(|&(made, _)| made == epoch);
+        if (stream.is_some() || self.scratch.holds(epoch)) && self.context.bind().is_ok() {
+            // Every launch was synchronized before `run` returned.
+            self.scratch.release(epoch);
+            if let Some((_, stream)) = stream {
+                let _ = ffi::stream_destroy(stream as CUstream);
+            }
         }
     }
 }

@@ -5,11 +5,14 @@
 use std::ffi::c_void;
 
 use cistern_kernels::{Activation, GemmSpec};
+use cistern_optim::OptimizerConfig;
 use cudarc::driver::sys::CUstream;
 
 use super::context::Module;
 use super::ffi;
+use super::lamb::LambBuffers;
 use super::optimizer::{runs, step_plan};
+use super::scratch::Scratch;
 use super::status::{fault, launch_error};
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
 use crate::{Kernel, OptimizerArgs, ServerError};
@@ -78,10 +81,14 @@ pub(super) fn grid_of(wanted: u64) -> u32 {
 pub(super) struct Launcher<'a> {
     pub(super) module: &'a Module,
     pub(super) stream: CUstream,
+    /// The stream's scratch memory (LAMB's sums), of context epoch `epoch`.
+    pub(super) scratch: &'a mut Scratch,
+    pub(super) epoch: u64,
 }
 
 impl Launcher<'_> {
-    fn call(&self, name: &str, grid: u64, args: &[Arg]) -> Result<(), LaunchError> {
+    /// Queues kernel `name` on `grid` blocks (clamped by [`grid_of`]).
+    pub(super) fn call(&self, name: &str, grid: u64, args: &[Arg]) -> Result<(), LaunchError> {
         let function = self
             .module
             .function(name)
@@ -106,7 +113,7 @@ impl Launcher<'_> {
     }
 
     /// Queues `launch` on the stream.
-    pub(super) fn run(&self, launch: &BoundLaunch<CudaSlice>) -> Result<(), LaunchError> {
+    pub(super) fn run(&mut self, launch: &BoundLaunch<CudaSlice>) -> Result<(), LaunchError> {
         let b = Bound(launch);
         let p = |index| b.pointer(index);
         match &launch.kernel {
@@ -210,12 +217,17 @@ impl Launcher<'_> {
                 )
             }
             Kernel::OptimizerStep(args) => {
+                let first_state = if args.found_inf { 3 } else { 2 };
+                if let OptimizerConfig::Lamb(config) = &args.config {
+                    let flag = args.found_inf.then(|| b.slice(2)).transpose()?;
+                    let buffers = b.lamb_buffers(first_state)?;
+                    return self.lamb(launch.kernel.name(), config, args, buffers, flag, None);
+                }
                 let flag = if args.found_inf {
                     p(2)?
                 } else {
                     Arg::Pointer(0)
                 };
-                let first_state = if args.found_inf { 3 } else { 2 };
                 self.step(&b, args, args.step, flag, Arg::Pointer(0), first_state)
             }
             Kernel::AmpUnscaleByDeviceScale => {
@@ -236,6 +248,12 @@ impl Launcher<'_> {
                 self.call("cistern_amp_update_scale", 1, &args)
             }
             Kernel::OptimizerStepCounted(args) => {
+                if let OptimizerConfig::Lamb(config) = &args.config {
+                    // Read back anyway between passes: the host counts.
+                    let (flag, count) = (Some(b.slice(2)?), Some(b.slice(3)?));
+                    let buffers = b.lamb_buffers(4)?;
+                    return self.lamb(launch.kernel.name(), config, args, buffers, flag, count);
+                }
                 let (flag, count) = (p(2)?, p(3)?);
                 // The step reads the count; the advance, queued after it on
                 // the same stream, writes it.
@@ -286,7 +304,8 @@ impl Launcher<'_> {
         count: Arg,
         first_state: usize,
     ) -> Result<(), LaunchError> {
-        let plan = step_plan(&args.config, step).ok_or_else(|| unsupported("lamb_step"))?;
+        let plan = step_plan(&args.config, step)
+            .ok_or_else(|| malformed("lamb has no step plan: it runs its own passes"))?;
         let (params, grads) = (b.slice(0)?, b.slice(1)?);
         let mut state = vec![None; plan.state_slots];
         for (index, &slot) in plan.layout_slots.iter().enumerate() {
@@ -363,6 +382,16 @@ impl Bound<'_> {
         Ok(Arg::Pointer(self.slice(index)?.address))
     }
 
+    /// params, grads and the two moments from binding `first_state`.
+    fn lamb_buffers(&self, first_state: usize) -> Result<LambBuffers, LaunchError> {
+        Ok(LambBuffers {
+            params: self.slice(0)?,
+            grads: self.slice(1)?,
+            exp_avg: self.slice(first_state)?,
+            exp_avg_sq: self.slice(first_state + 1)?,
+        })
+    }
+
     fn floats(&self, index: usize) -> Result<u64, LaunchError> {
         Ok(self.slice(index)?.floats())
     }
@@ -389,12 +418,6 @@ fn malformed(message: &str) -> LaunchError {
 fn refused(message: &str) -> LaunchError {
     LaunchError::Refused(ServerError::InvalidArgument {
         message: message.to_string(),
-    })
-}
-
-fn unsupported(kernel: &str) -> LaunchError {
-    LaunchError::Refused(ServerError::UnsupportedOperation {
-        operation: format!("{kernel} on CUDA (not written yet)"),
     })
 }
 

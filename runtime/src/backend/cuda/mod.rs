@@ -11,6 +11,8 @@
 //! - `storage.rs`, `launch.rs`, `device.rs`, `event.rs`: memory, kernels,
 //!   stream work, events;
 //! - `optimizer.rs`: each optimizer step's kernel, constants and slots;
+//! - `lamb.rs`, `scratch.rs`: LAMB's passes and the host's decisions
+//!   between them, in device memory the stream owns;
 //! - `strided.rs`: a strided copy as its kernel's arguments.
 
 mod context;
@@ -18,9 +20,11 @@ mod device;
 mod driver;
 mod event;
 mod ffi;
+mod lamb;
 mod launch;
 mod optimizer;
 mod ptx;
+mod scratch;
 mod status;
 mod storage;
 mod strided;
@@ -54,6 +58,7 @@ use self::context::CudaContext;
 use self::device::{CudaCounters, CudaStream};
 use self::event::{CudaEvent, EventSignal};
 use self::launch::CudaSlice;
+use self::scratch::Scratch;
 use super::stream::{
     BoundLaunch, DeviceHealth, Job, Resolver, StreamProgress, StreamRunner, bind_launches,
     gpu_supports_strides, refuse_all,
@@ -202,6 +207,7 @@ impl Backend for CudaBackend {
             context: self.context.clone(),
             counters: self.counters.clone(),
             stream: None,
+            scratch: Scratch::default(),
         };
         let runner = StreamRunner::new(
             stream,

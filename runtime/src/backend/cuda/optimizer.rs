@@ -1,7 +1,9 @@
 //! Optimizer steps on CUDA: which `cistern_*` step kernel a config runs,
 //! its per-step constants (computed on the host in f64 and rounded to f32
 //! exactly as the CPU kernels do) and where each state buffer goes among
-//! its pointer slots. One launch per run of adjacent segments.
+//! its pointer slots. One launch per run of adjacent segments. LAMB has
+//! no plan: it runs its own passes with host decisions between them
+//! (`lamb.rs`).
 //!
 //! A counted step passes the device's count: each block then computes the
 //! step-dependent constants in double from it, and
@@ -69,7 +71,7 @@ fn adam_plan(floats: [f32; 9], lr: f64, betas: (f64, f64), amsgrad: bool) -> Ste
 }
 
 /// The plan of `config`'s step as step `step` (steps count from 1), or
-/// `None` for a family the backend does not run (LAMB).
+/// `None` for LAMB, which is not one launch per run (`lamb.rs`).
 pub(super) fn step_plan(config: &OptimizerConfig, step: u64) -> Option<StepPlan> {
     Some(match config {
         OptimizerConfig::Sgd(c) => {
@@ -285,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn every_plan_has_a_slot_per_state_buffer_and_lamb_has_none() {
+    fn every_plan_has_a_slot_per_state_buffer_and_lamb_runs_its_own_passes() {
         let configs = [
             OptimizerConfig::Sgd(SgdConfig {
                 momentum: 0.9,
@@ -353,6 +355,34 @@ mod tests {
             packed.push(Arg::U64(0));
             let want: Vec<&str> = packed.iter().map(ptx_type).collect();
             assert_eq!(parameters(ptx, plan.name), want, "{}", plan.name);
+        }
+    }
+
+    #[test]
+    fn the_lamb_kernels_take_the_arguments_the_host_packs_for_them() {
+        use super::super::lamb::{LambBuffers, ScratchLayout, measure_args, write_args};
+        use super::super::launch::CudaSlice;
+        let Some(ptx) = cistern_kernels::cuda::prebuilt_ptx() else {
+            eprintln!("cuda tests: SKIPPING the LAMB kernels' signatures: no build-time PTX");
+            return;
+        };
+        let slice = CudaSlice { address: 0, len: 4 };
+        let buffers = LambBuffers {
+            params: slice,
+            grads: slice,
+            exp_avg: slice,
+            exp_avg_sq: slice,
+        };
+        let layout = ScratchLayout::new(1, 1).unwrap();
+        let floats = [0.0; 9];
+        let measure = measure_args(&buffers, 0, &layout, 1, 0, true, &floats);
+        let write = write_args(&buffers, 0, &layout, 1, true, &floats);
+        for (name, packed) in [
+            ("cistern_lamb_measure", measure),
+            ("cistern_lamb_write", write),
+        ] {
+            let want: Vec<&str> = packed.iter().map(ptx_type).collect();
+            assert_eq!(parameters(ptx, name), want, "{name}");
         }
     }
 
