@@ -169,6 +169,8 @@ impl StreamDevice for CudaStream {
         let launcher = Launcher {
             module: &module,
             stream,
+            scratch: &mut self.scratch,
+            epoch: self.context.epoch(),
         };
         // No owner hears a refusal here: every failure is sticky, as a copy's is.
         launcher
