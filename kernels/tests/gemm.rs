@@ -232,6 +232,17 @@ fn the_chosen_kernel_follows_the_cpus_widest_vector_unit() {
         assert_eq!(GemmKernel::for_shape(256, &product), GemmKernel::Packed);
     }
     assert_eq!(GemmKernel::for_shape(256, &square), GemmKernel::Packed);
+    // An MLP's last layer (10 outputs): forward and weight gradient have a
+    // narrow C, the input gradient a short k; the crate measured ahead.
+    for narrow in [
+        spec(256, 10, 1024, false, false),
+        spec(1024, 10, 256, true, false),
+    ] {
+        assert_eq!(GemmKernel::for_shape(256, &narrow), GemmKernel::Gemm);
+    }
+    let short = spec(256, 1024, 10, false, true);
+    assert_eq!(GemmKernel::for_shape(256, &short), GemmKernel::Gemm);
+    assert_eq!(GemmKernel::for_shape(512, &short), GemmKernel::Packed);
     for bits in [32, 128] {
         assert_eq!(
             GemmKernel::for_shape(bits, &square),

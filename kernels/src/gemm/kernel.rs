@@ -20,6 +20,14 @@ const PARALLEL_WORK: usize = 1 << 21;
 
 /// The fewest rows or columns of C one task gets.
 const MIN_BLOCK: usize = 64;
+
+/// At 256 bits, C this narrow (n ≤ it) goes to the `gemm` crate: with
+/// n = 10 and 32 the crate measured 1.3–2× the packed kernel, at 64 level.
+const NARROW_N: usize = 32;
+
+/// At 256 bits, a k this short (k ≤ it) goes to the `gemm` crate: with
+/// k = 10 the crate measured 1.4× the packed kernel, at 32 level.
+const SHORT_K: usize = 16;
 /// A task's share of C's side is a multiple of this, so that only the last
 /// block ends in a partial micro-tile (the crates' tiles are 4 to 48 wide,
 /// 16 on the AVX-512 paths).
@@ -79,12 +87,15 @@ impl GemmKernel {
     /// `bits` wide: at 512 bits [`GemmKernel::Packed`] when B is
     /// transposed (where it measured ahead of the `gemm` crate; elsewhere
     /// it measured level or behind); at 256 bits (AVX2 + FMA, measured on
-    /// Zen 3) [`GemmKernel::Packed`] at every shape, where it measured
-    /// ahead of the `gemm` crate or level with it; else
-    /// [`Self::for_vector_bits`].
+    /// Zen 3) [`GemmKernel::Packed`], which measured ahead of the `gemm`
+    /// crate or level with it, except for a narrow C or a short k
+    /// (n ≤ 32 or k ≤ 16: an MLP's last layer), where packing
+    /// and edge tiles cost more than the product and the crate measured
+    /// up to twice as fast; else [`Self::for_vector_bits`].
     pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
         match bits {
             512.. if spec.transpose_b => GemmKernel::Packed,
+            256..512 if spec.n <= NARROW_N || spec.k <= SHORT_K => GemmKernel::Gemm,
             256..512 => GemmKernel::Packed,
             _ => Self::for_vector_bits(bits),
         }

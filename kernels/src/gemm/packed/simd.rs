@@ -6,14 +6,14 @@
 //! micro-panels arrive as slices whose lengths are checked against the
 //! tile, and every store to C goes through [`Out`], whose bounds are
 //! checked per tile: no load or store leaves a buffer, and edge columns
-//! are loaded and stored under a mask.
+//! are loaded and stored under a mask (AVX-512) or lane by lane (AVX2).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m256, __m256i, __m512, __mmask16, _mm256_add_ps, _mm256_broadcast_ss, _mm256_fmadd_ps,
-    _mm256_loadu_ps, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_setr_epi32, _mm256_setzero_ps,
-    _mm256_storeu_ps, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
-    _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm256_loadu_ps, _mm256_maskstore_ps, _mm256_setr_epi32, _mm256_setzero_ps, _mm256_storeu_ps,
+    _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps,
+    _mm512_set1_ps, _mm512_setzero_ps,
 };
 
 /// Rows of the AVX-512 kernel's tile (one broadcast of A each).
@@ -326,27 +326,35 @@ unsafe fn avx2<const ROWS: usize>(
         }
         return;
     }
-    let masks = [
-        first_lanes_256(cols),
-        first_lanes_256(cols.saturating_sub(8)),
-    ];
+    // An edge tile: whole halves as above, the partial one through a
+    // buffer (a `vmaskmovps` with a partial mask costs several plain
+    // stores on AMD, and every tile of a narrow C is an edge tile).
     for (r, acc_row) in acc.iter().enumerate() {
-        for (half, (&sum, &mask)) in acc_row.iter().zip(&masks).enumerate() {
-            if half * 8 >= cols {
+        for (half, &sum) in acc_row.iter().enumerate() {
+            let first = half * 8;
+            if first >= cols {
                 continue;
             }
-            // SAFETY: row r < ROWS of C, and its lanes from `half·8` start
-            // before `cols`; the mask keeps the lanes at or past `cols`
-            // from being loaded or stored, and masked-off lanes of
-            // `vmaskmovps` never touch memory (nor fault).
+            let live = (cols - first).min(8);
+            // SAFETY: row r < ROWS of C, and its lanes `first..first + live`
+            // lie before `cols`; only those are read and written.
             unsafe {
-                let dst = c.add(r * ldc + half * 8);
-                let sum = if accumulate {
-                    _mm256_add_ps(sum, _mm256_maskload_ps(dst, mask))
-                } else {
-                    sum
-                };
-                _mm256_maskstore_ps(dst, mask, sum);
+                let dst = c.add(r * ldc + first);
+                if live == 8 {
+                    let sum = if accumulate {
+                        _mm256_add_ps(sum, _mm256_loadu_ps(dst))
+                    } else {
+                        sum
+                    };
+                    _mm256_storeu_ps(dst, sum);
+                    continue;
+                }
+                let mut lanes = [0.0f32; 8];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+                for (lane, &value) in lanes.iter().enumerate().take(live) {
+                    let at = dst.add(lane);
+                    *at = if accumulate { *at + value } else { value };
+                }
             }
         }
     }
