@@ -47,8 +47,12 @@ pub enum BenchCommand {
         #[arg(long, default_value = "on", value_parser = ["on", "off"])]
         mapping: String,
     },
-    /// Client/server round trips against a bare channel.
-    Roundtrip,
+    /// Client/server round trips and submit rates against a bare channel.
+    Roundtrip {
+        /// The device the server runs on: `cpu:0`, `wgpu:N`, `cuda:N`.
+        #[arg(long, default_value = "cpu:0")]
+        device: String,
+    },
     /// Optimizer steps through the server against an in-place axpy.
     Optim {
         /// adam, adamw, sgd (momentum 0.9), rmsprop, adagrad or lamb.
@@ -67,7 +71,8 @@ pub enum BenchCommand {
     },
     /// GEMM through the server against the GEMM crate called directly.
     Gemm {
-        /// The device: `cpu:0`, `wgpu:N`, `cuda:N` (the host references run on the CPU only).
+        /// The device: `cpu:0`, `wgpu:N`, `cuda:N` (the host references run
+        /// on the CPU only; on CUDA the reference is cuBLAS).
         #[arg(long, default_value = "cpu:0")]
         device: String,
         /// Samples per shape (one warm-up), in place of about 3·10¹⁰ flops' worth (8–60).
@@ -102,7 +107,9 @@ pub fn run(cli: Cli) -> ExitCode {
 fn run_bench(bench: BenchCommand) -> Result<(), String> {
     match bench {
         BenchCommand::Alloc { trace, mapping } => crate::bench::alloc::run(&trace, mapping == "on"),
-        BenchCommand::Roundtrip => crate::bench::roundtrip::run(),
+        BenchCommand::Roundtrip { device } => {
+            crate::devices::choose(&device).and_then(crate::bench::roundtrip::run)
+        }
         BenchCommand::Optim {
             optimizer,
             params,
@@ -117,5 +124,93 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             .and_then(|device| crate::bench::gemm::run(device, samples)),
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{BenchCommand, Cli, Command};
+
+    fn bench(args: &[&str]) -> BenchCommand {
+        let line = ["cistern", "bench"].iter().chain(args);
+        match Cli::try_parse_from(line) {
+            Ok(Cli {
+                command: Command::Bench(bench),
+                ..
+            }) => bench,
+            Ok(other) => panic!("not a bench: {other:?}"),
+            Err(error) => panic!("{args:?} refused: {error}"),
+        }
+    }
+
+    #[test]
+    fn every_device_bench_takes_a_device_and_defaults_to_the_cpu() {
+        match bench(&["roundtrip"]) {
+            BenchCommand::Roundtrip { device } => assert_eq!(device, "cpu:0"),
+            other => panic!("{other:?}"),
+        }
+        match bench(&["roundtrip", "--device", "cuda:0"]) {
+            BenchCommand::Roundtrip { device } => assert_eq!(device, "cuda:0"),
+            other => panic!("{other:?}"),
+        }
+        match bench(&["gemm", "--device", "cuda:0", "--samples", "3"]) {
+            BenchCommand::Gemm { device, samples } => {
+                assert_eq!((device.as_str(), samples), ("cuda:0", Some(3)));
+            }
+            other => panic!("{other:?}"),
+        }
+        let line = [
+            "optim",
+            "--device",
+            "cuda:0",
+            "--optimizer",
+            "adam",
+            "--params",
+            "268435456",
+        ];
+        match bench(&line) {
+            BenchCommand::Optim {
+                optimizer,
+                params,
+                through,
+                device,
+            } => {
+                assert_eq!(optimizer, "adam");
+                assert_eq!(params, 1 << 28);
+                assert_eq!((through.as_str(), device.as_str()), ("server", "cuda:0"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_cistern_command_the_gpu_check_runs_parses() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gpu-check.sh");
+        let script = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) => panic!("{path}: {error}"),
+        };
+        let mut count = 0;
+        for line in script.lines() {
+            // check cistern SECONDS LABEL ARGUMENTS...
+            let Some(rest) = line.trim().strip_prefix("check cistern ") else {
+                continue;
+            };
+            let arguments = rest.split_whitespace().skip(2);
+            let parsed = Cli::try_parse_from(std::iter::once("cistern").chain(arguments));
+            assert!(parsed.is_ok(), "`{line}`: {:?}", parsed.err());
+            count += 1;
+        }
+        assert!(count >= 4, "only {count} cistern commands in gpu-check.sh");
+    }
+
+    #[test]
+    fn a_bench_refuses_an_argument_it_does_not_take() {
+        let refused = Cli::try_parse_from(["cistern", "bench", "tape", "--device", "cuda:0"]);
+        assert!(refused.is_err());
+        let refused = Cli::try_parse_from(["cistern", "bench", "optim", "--params", "many"]);
+        assert!(refused.is_err());
     }
 }

@@ -12,18 +12,24 @@
 //! the choice is worth. Samples of the three alternate so all see the same load; each
 //! server sample is a launch followed by a wait on its token.
 //!
-//! With `--device` other than the CPU (`wgpu:0`) the same lines are printed,
-//! each naming its device, with the server's GEMM on that device: the host
-//! references are the CPU's, so they are `null` there, and `device_gflops`
-//! counts the device's own kernel time where it takes timestamps.
+//! With `--device` other than the CPU (`wgpu:0`, `cuda:0`) the same lines
+//! are printed, each naming its device, with the server's GEMM on that
+//! device: the host references are the CPU's, so they are `null` there, and
+//! `device_gflops` counts the device's own kernel time where it takes
+//! timestamps. On a CUDA device `direct_gflops` is cuBLAS's `cublasSgemm`
+//! on the same matrices in buffers of its own (`bench::cublas`), its samples
+//! alternating with the server's, and the run fails unless both products
+//! agree; where cuBLAS cannot be loaded it is `null` and
+//! `reference_absent` says why.
 
 use std::time::Instant;
 
-use cistern_client::ComputeClient;
+use cistern_client::{Buffer, ComputeClient};
 use cistern_kernels::{GemmKernel, GemmSpec, gemm_with};
 use cistern_memory::SplitMix64;
 use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
 
+use super::cublas::Cublas;
 use super::optim::{median, print_line};
 
 /// The shapes measured: (m, n, k, transpose_a, transpose_b).
@@ -68,6 +74,11 @@ pub fn run(device: Device, samples: Option<usize>) -> Result<(), String> {
         "vector_bits": peak.map(|p| p.vector_bits),
         "gflops": peak.map(|p| round1(p.gflops)),
     }));
+    // cuBLAS, the reference on a CUDA device, or why there is none.
+    let mut cublas = match device {
+        Device::Cuda(ordinal) => Some(Cublas::open(ordinal)),
+        _ => None,
+    };
     let mut rng = SplitMix64::new(0x6E33);
     for (m, n, k, transpose_a, transpose_b) in SHAPES {
         let spec = GemmSpec {
@@ -78,7 +89,7 @@ pub fn run(device: Device, samples: Option<usize>) -> Result<(), String> {
             transpose_b,
             ..Default::default()
         };
-        measure(&client, device, samples, &mut rng, &spec)?;
+        measure(&client, device, samples, &mut rng, &spec, cublas.as_mut())?;
     }
     Ok(())
 }
@@ -89,6 +100,7 @@ fn measure(
     fixed_samples: Option<usize>,
     rng: &mut SplitMix64,
     spec: &GemmSpec,
+    cublas: Option<&mut Result<Cublas, String>>,
 ) -> Result<(), String> {
     let GemmSpec { m, n, k, .. } = *spec;
     let on_cpu = matches!(device, Device::Cpu(_));
@@ -129,11 +141,25 @@ fn measure(
     let host = |run: &mut dyn FnMut() -> Result<f64, String>| {
         if on_cpu { run() } else { Ok(f64::NAN) }
     };
+    // cuBLAS on buffers of its own holding the same matrices, where it opened.
+    let (mut cublas, reference_absent) = match cublas {
+        Some(Ok(blas)) => {
+            blas.prepare(spec, &a, &b)?;
+            (Some(blas), None)
+        }
+        Some(Err(reason)) => (None, Some(reason.clone())),
+        None => (None, None),
+    };
+    let mut on_device = || match cublas.as_mut() {
+        Some(blas) => blas.time(),
+        None => Ok(f64::NAN),
+    };
     let warmup = if fixed_samples.is_some() { 1 } else { WARMUP };
     for _ in 0..warmup {
         served()?;
         host(&mut direct)?;
         host(&mut forced)?;
+        on_device()?;
     }
     let flops = 2.0 * (m * n * k) as f64;
     let samples = fixed_samples.map_or_else(
@@ -141,25 +167,40 @@ fn measure(
         |n| n.max(1),
     );
     let (mut server_samples, mut direct_samples, mut other_samples) = (vec![], vec![], vec![]);
+    let mut cublas_samples = vec![];
     let device_ns_before = kernel_device_ns(client)?;
     for _ in 0..samples {
         server_samples.push(served()?);
         direct_samples.push(host(&mut direct)?);
         other_samples.push(host(&mut forced)?);
+        cublas_samples.push(on_device()?);
     }
     let device_ns = kernel_device_ns(client)?
         .zip(device_ns_before)
         .map(|(after, before)| after.saturating_sub(before));
+    let max_abs_diff = match cublas.as_ref() {
+        Some(blas) => Some(agreement(client, &dc, blas, k)?),
+        None => None,
+    };
     let gflops = flops / median(&mut server_samples) / 1e9;
-    let direct_gflops = flops / median(&mut direct_samples) / 1e9;
+    let direct_gflops = if cublas.is_some() {
+        Some(flops / median(&mut cublas_samples) / 1e9)
+    } else {
+        on_cpu.then(|| flops / median(&mut direct_samples) / 1e9)
+    };
     let other_gflops = flops / median(&mut other_samples) / 1e9;
     let host_figure = |value: f64| on_cpu.then(|| round1(value));
     // A CPU Vulkan driver runs well under 1 GFLOPS: keep three figures there.
     let figure = |value: f64| if on_cpu { round1(value) } else { round3(value) };
+    let (kernel_name, reference) = match device {
+        Device::Cpu(_) => (kernel.name(), Some("direct")),
+        Device::Wgpu(_) => ("wgsl_tiled", None),
+        Device::Cuda(_) => ("cuda_tiled", Some("cublas")),
+    };
     print_line(serde_json::json!({
         "bench": "gemm",
         "device": device.to_string(),
-        "kernel": if on_cpu { kernel.name() } else { "wgsl_tiled" },
+        "kernel": kernel_name,
         "vector_bits": on_cpu.then(GemmKernel::cpu_vector_bits),
         "m": m,
         "n": n,
@@ -170,12 +211,56 @@ fn measure(
         "device_gflops": device_ns
             .filter(|&ns| ns > 0)
             .map(|ns| figure(flops * samples as f64 / ns as f64)),
-        "direct_gflops": host_figure(direct_gflops),
-        "vs_direct": on_cpu.then(|| (gflops / direct_gflops * 1000.0).round() / 1000.0),
+        "reference": reference,
+        "reference_absent": reference_absent,
+        "direct_gflops": direct_gflops.map(figure),
+        "vs_direct": direct_gflops.map(|direct| (gflops / direct * 1000.0).round() / 1000.0),
+        "reference_max_abs_diff": max_abs_diff,
         "other_kernel": on_cpu.then(|| other.name()),
         "other_gflops": host_figure(other_gflops),
     }));
     Ok(())
+}
+
+/// The largest difference between the server's C and cuBLAS's; an error
+/// past what rounding over `k` products explains (the inputs lie in
+/// ±[0.5, 1.5), so a wrong transpose is off by whole units).
+fn agreement(
+    client: &ComputeClient,
+    served: &Buffer,
+    blas: &Cublas,
+    k: usize,
+) -> Result<f64, String> {
+    let ours = client
+        .download_f32(served)
+        .map_err(|e| format!("download: {e}"))?;
+    let theirs = blas.result()?;
+    if ours.len() != theirs.len() {
+        return Err(format!(
+            "C has {} elements through the server, {} from cuBLAS",
+            ours.len(),
+            theirs.len()
+        ));
+    }
+    if let Some(index) = (0..ours.len()).find(|&i| !(ours[i].is_finite() && theirs[i].is_finite()))
+    {
+        return Err(format!(
+            "C[{index}] is {} through the server, {} from cuBLAS",
+            ours[index], theirs[index]
+        ));
+    }
+    let worst = ours
+        .iter()
+        .zip(&theirs)
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0.0, f64::max);
+    let tolerance = 1e-5 * k as f64;
+    if worst > tolerance {
+        return Err(format!(
+            "the server's GEMM and cuBLAS differ by {worst} (more than {tolerance})"
+        ));
+    }
+    Ok(round3(worst))
 }
 
 /// The device's kernel time so far, where it takes timestamps.

@@ -1,6 +1,11 @@
 //! The `cistern bench` subcommands: each prints one JSON object per result line.
 
 pub mod alloc;
+#[cfg(feature = "cuda")]
+mod cublas;
+#[cfg(not(feature = "cuda"))]
+#[path = "cublas_absent.rs"]
+mod cublas;
 pub mod gemm;
 pub mod optim;
 pub mod optim_store;

@@ -3,8 +3,9 @@
 //! over the same number of elements, measured in the same run.
 //!
 //! A second reference, on every device: a copy of the parameter buffer
-//! into another (8 bytes per element: read plus write; on wgpu a
-//! `copy_buffer_to_buffer`), in the same rotation.
+//! into another through the same server (`ComputeClient::copy`: 8 bytes
+//! per element, read plus write; on wgpu a `copy_buffer_to_buffer`, on
+//! CUDA a `cuMemcpyDtoDAsync`), in the same rotation.
 //!
 //! Both run on `--device` (`cpu:0` by default) over random non-zero data, and the axpy runs over
 //! the step's own parameter and gradient buffers (`params += ±1e-3·grads`,
@@ -15,9 +16,9 @@
 //! medians see the same load from whatever else runs on the machine. Bytes are counted per parameter as the update must
 //! move them at least once: parameters read and written, gradients read,
 //! each state buffer read and written (Adam: 28). The axpy counts 12 per
-//! element (`a` read and written, `c` read). A diagnostic, the same kernel
-//! called directly on host buffers, is sampled in the same rotation, so the
-//! server's own cost shows apart from the machine's load.
+//! element (`a` read and written, `c` read). On the CPU a diagnostic, the
+//! same kernel called directly on host buffers, is sampled in the same
+//! rotation, so the server's own cost shows apart from the machine's load.
 
 use std::time::Instant;
 
@@ -61,7 +62,6 @@ pub fn run(optimizer: &str, params: u64, device: Device) -> Result<(), String> {
     let numel = usize::try_from(params).map_err(|_| format!("{params} parameters"))?;
     let state_buffers = config.state_layout().len() as u64;
     let buffer_bytes = params * 4;
-    // Parameters, gradients and state, with room for the pools' rounding.
     // Parameters, gradients, state and the copy's target, with room for the pools' rounding.
     let limit = buffer_bytes * (3 + state_buffers) + (buffer_bytes / 4).max(64 << 20);
     let client = ComputeClient::open(device, DeviceOptions::with_memory_limit(limit))
@@ -125,38 +125,19 @@ pub fn run(optimizer: &str, params: u64, device: Device) -> Result<(), String> {
         Ok(start.elapsed().as_secs_f64())
     };
 
-    // Diagnostic: the same kernel called on host buffers, without the server.
-    let mut host_params = rng.non_zero_f32s(numel, 1.0);
-    let host_grads = rng.non_zero_f32s(numel, 0.01);
-    let mut host_state: Vec<Vec<f32>> = config
-        .state_layout()
-        .buffers
-        .iter()
-        .map(|b| vec![b.initial_value as f32; numel])
-        .collect();
-    let mut direct_count = 0u64;
-    let mut direct = || -> Result<f64, String> {
-        direct_count += 1;
-        let ctx = StepContext {
-            step: direct_count,
-            segments: &segments,
-            found_inf: None,
-        };
-        let mut views: Vec<&mut [f32]> = host_state.iter_mut().map(|b| b.as_mut_slice()).collect();
-        let start = Instant::now();
-        cistern_kernels::optimizer_step(&config, &ctx, &mut host_params, &host_grads, &mut views)
-            .map_err(|e| format!("direct step: {e}"))?;
-        Ok(start.elapsed().as_secs_f64())
-    };
-
+    // Diagnostic, on the CPU only: the same kernel on host buffers.
     let on_cpu = matches!(device, Device::Cpu(_));
+    let mut direct = on_cpu.then(|| HostStep::new(&config, numel, &mut rng));
     let mut samples: [Vec<f64>; 4] = Default::default();
     for round in 0..WARMUP + SAMPLES {
         let taken = [
             step()?,
             axpy()?,
             copy()?,
-            if on_cpu { direct()? } else { f64::NAN },
+            match direct.as_mut() {
+                Some(host) => host.time(&config, &segments)?,
+                None => f64::NAN,
+            },
         ];
         if round >= WARMUP {
             for (list, seconds) in samples.iter_mut().zip(taken) {
@@ -188,6 +169,45 @@ pub fn run(optimizer: &str, params: u64, device: Device) -> Result<(), String> {
         "vs_direct": direct(direct_seconds / step_seconds),
     }));
     Ok(())
+}
+
+/// The step's kernel called directly on host buffers, without the server.
+struct HostStep {
+    params: Vec<f32>,
+    grads: Vec<f32>,
+    state: Vec<Vec<f32>>,
+    steps: u64,
+}
+
+impl HostStep {
+    fn new(config: &OptimizerConfig, numel: usize, rng: &mut SplitMix64) -> HostStep {
+        HostStep {
+            params: rng.non_zero_f32s(numel, 1.0),
+            grads: rng.non_zero_f32s(numel, 0.01),
+            state: config
+                .state_layout()
+                .buffers
+                .iter()
+                .map(|b| vec![b.initial_value as f32; numel])
+                .collect(),
+            steps: 0,
+        }
+    }
+
+    /// Seconds for one step.
+    fn time(&mut self, config: &OptimizerConfig, segments: &[Segment]) -> Result<f64, String> {
+        self.steps += 1;
+        let ctx = StepContext {
+            step: self.steps,
+            segments,
+            found_inf: None,
+        };
+        let mut views: Vec<&mut [f32]> = self.state.iter_mut().map(|b| b.as_mut_slice()).collect();
+        let start = Instant::now();
+        cistern_kernels::optimizer_step(config, &ctx, &mut self.params, &self.grads, &mut views)
+            .map_err(|e| format!("direct step: {e}"))?;
+        Ok(start.elapsed().as_secs_f64())
+    }
 }
 
 fn round(value: f64) -> f64 {

@@ -14,6 +14,10 @@
 //! The reference and the server are measured in alternating blocks, so a
 //! change in the machine's speed during the run (these machines have slow
 //! spells lasting minutes) reaches both sides of each ratio alike.
+//!
+//! The server runs on `--device` (`cpu:0` by default; `cuda:0` launches
+//! real empty kernels); the channels are the host's either way. Every line
+//! names the device.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -40,10 +44,10 @@ const REPLAY_ROUNDS: usize = 4_000;
 /// Trials of each, alternated; the fastest of each is reported.
 const REPLAY_TRIALS: usize = 3;
 
-/// Runs the benchmark and prints its JSON lines.
-pub fn run() -> Result<(), String> {
-    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(64 << 20))
-        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+/// Runs the benchmark on `device` and prints its JSON lines.
+pub fn run(device: Device) -> Result<(), String> {
+    let client = ComputeClient::open(device, DeviceOptions::with_memory_limit(64 << 20))
+        .map_err(|e| format!("cannot open {device}: {e}"))?;
     let stream = client.default_stream();
     for _ in 0..WARMUP {
         client.sync(stream).map_err(error("sync"))?;
@@ -77,31 +81,40 @@ pub fn run() -> Result<(), String> {
     let submits_per_s = (SUBMITS / BLOCKS * BLOCKS) as f64 / submit_time;
 
     let channel = Percentiles::of(channel_samples);
-    print_line(serde_json::json!({
-        "bench": "channel",
-        "p50_ns": channel.p50,
-        "p99_ns": channel.p99,
-        "msgs_per_s": one_way.round(),
-    }));
+    print_line(
+        device,
+        serde_json::json!({
+            "bench": "channel",
+            "p50_ns": channel.p50,
+            "p99_ns": channel.p99,
+            "msgs_per_s": one_way.round(),
+        }),
+    );
 
     // Diagnostic: the bare cost of a three-thread ring (client, server,
     // executor), waiting the way the server's threads do.
     let ring = channel_ring(3)?;
-    print_line(serde_json::json!({
-        "bench": "channel_ring3",
-        "p50_ns": ring.p50,
-        "p99_ns": ring.p99,
-    }));
+    print_line(
+        device,
+        serde_json::json!({
+            "bench": "channel_ring3",
+            "p50_ns": ring.p50,
+            "p99_ns": ring.p99,
+        }),
+    );
 
     let roundtrip = Percentiles::of(server_samples);
-    print_line(serde_json::json!({
-        "bench": "roundtrip",
-        "p50_ns": roundtrip.p50,
-        "p99_ns": roundtrip.p99,
-        "p50_vs_channel": ratio(roundtrip.p50, channel.p50),
-        "p99_vs_channel": ratio(roundtrip.p99, channel.p99),
-        "p50_vs_ring3": ratio(roundtrip.p50, ring.p50),
-    }));
+    print_line(
+        device,
+        serde_json::json!({
+            "bench": "roundtrip",
+            "p50_ns": roundtrip.p50,
+            "p99_ns": roundtrip.p99,
+            "p50_vs_channel": ratio(roundtrip.p50, channel.p50),
+            "p99_vs_channel": ratio(roundtrip.p99, channel.p99),
+            "p50_vs_ring3": ratio(roundtrip.p50, ring.p50),
+        }),
+    );
 
     // Diagnostic: a command the server answers itself, with no stream.
     let mut samples = Vec::with_capacity(ROUND_TRIPS);
@@ -112,12 +125,15 @@ pub fn run() -> Result<(), String> {
             .map_err(error("server_stats"))
     })?;
     let answered = Percentiles::of(samples);
-    print_line(serde_json::json!({
-        "bench": "server_answer",
-        "p50_ns": answered.p50,
-        "p99_ns": answered.p99,
-        "p50_vs_channel": ratio(answered.p50, channel.p50),
-    }));
+    print_line(
+        device,
+        serde_json::json!({
+            "bench": "server_answer",
+            "p50_ns": answered.p50,
+            "p99_ns": answered.p99,
+            "p50_vs_channel": ratio(answered.p50, channel.p50),
+        }),
+    );
 
     let stats = client.server_stats().map_err(error("server_stats"))?;
     let blocks = BLOCKS as u64;
@@ -139,13 +155,16 @@ pub fn run() -> Result<(), String> {
             stats.empty_kernel_runs
         ));
     }
-    print_line(serde_json::json!({
-        "bench": "submit",
-        "commands_per_s": submits_per_s.round(),
-        "vs_channel_one_way": submits_per_s / one_way,
-        "commands_served": stats.commands,
-        "empty_kernel_runs": stats.empty_kernel_runs,
-    }));
+    print_line(
+        device,
+        serde_json::json!({
+            "bench": "submit",
+            "commands_per_s": submits_per_s.round(),
+            "vs_channel_one_way": submits_per_s / one_way,
+            "commands_served": stats.commands,
+            "empty_kernel_runs": stats.empty_kernel_runs,
+        }),
+    );
 
     replay(&client, stream)?;
     bound_submits(&client, stream)
@@ -184,12 +203,15 @@ fn bound_submits(client: &ComputeClient, stream: StreamId) -> Result<(), String>
             "the buffer holds {last:?} after the last fill of {expected}"
         ));
     }
-    print_line(serde_json::json!({
-        "bench": "submit_bound",
-        "bindings": 1,
-        "commands_per_s": (BOUND_SUBMITS as f64 / elapsed).round(),
-        "kernels_run": ran,
-    }));
+    print_line(
+        client.device(),
+        serde_json::json!({
+            "bench": "submit_bound",
+            "bindings": 1,
+            "commands_per_s": (BOUND_SUBMITS as f64 / elapsed).round(),
+            "kernels_run": ran,
+        }),
+    );
     Ok(())
 }
 
@@ -260,13 +282,16 @@ fn replay(client: &ComputeClient, stream: StreamId) -> Result<(), String> {
         best_direct = best_direct.min(timed(&direct)?);
         best_replay = best_replay.min(timed(&replayed)?);
     }
-    print_line(serde_json::json!({
-        "bench": "replay",
-        "launches": GRAPH_LAUNCHES,
-        "ns_per_launch": round2(best_replay),
-        "direct_ns_per_launch": round2(best_direct),
-        "vs_direct": round2(best_replay / best_direct),
-    }));
+    print_line(
+        client.device(),
+        serde_json::json!({
+            "bench": "replay",
+            "launches": GRAPH_LAUNCHES,
+            "ns_per_launch": round2(best_replay),
+            "direct_ns_per_launch": round2(best_direct),
+            "vs_direct": round2(best_replay / best_direct),
+        }),
+    );
     Ok(())
 }
 
@@ -407,6 +432,8 @@ fn ratio(value: u64, reference: u64) -> f64 {
     value as f64 / reference.max(1) as f64
 }
 
-fn print_line(line: serde_json::Value) {
+/// Prints one JSON result line, naming the device the server ran on.
+fn print_line(device: Device, mut line: serde_json::Value) {
+    line["device"] = device.to_string().into();
     println!("{line}");
 }

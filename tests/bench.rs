@@ -1,0 +1,79 @@
+//! End-to-end tests of `cistern bench`, through the built binary: the CPU
+//! lines keep their fields and same-run references, and a device that is
+//! not here is a clear refusal, never a panic.
+
+use std::process::{Command, Output};
+
+use cistern::runtime::{Device, list_devices};
+use serde_json::Value;
+
+fn cistern(args: &[&str]) -> Output {
+    match Command::new(env!("CARGO_BIN_EXE_cistern"))
+        .args(args)
+        .output()
+    {
+        Ok(output) => output,
+        Err(error) => panic!("cannot run cistern: {error}"),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_cuda_bench_without_cuda_fails_with_a_clear_message_and_no_panic() {
+    if list_devices()
+        .iter()
+        .any(|info| matches!(info.device, Device::Cuda(_)))
+    {
+        eprintln!("a CUDA device is present: gpu-check.sh runs these benches");
+        return;
+    }
+    for bench in [
+        &["bench", "optim", "--device", "cuda:0", "--params", "1024"][..],
+        &["bench", "gemm", "--device", "cuda:0"],
+        &["bench", "roundtrip", "--device", "cuda:0"],
+    ] {
+        let output = cistern(bench);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{bench:?}: {stderr}");
+        assert!(
+            stderr.contains("--device cuda:0: not present on this machine"),
+            "{bench:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{bench:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{bench:?} printed a result");
+    }
+}
+
+#[test]
+fn bench_optim_on_the_cpu_prints_one_line_with_its_same_run_references() {
+    let output = cistern(&["bench", "optim", "--optimizer", "adam", "--params", "4096"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|line| match serde_json::from_str(line) {
+            Ok(value) => value,
+            Err(error) => panic!("not a JSON line ({error}): {line}"),
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let line = &lines[0];
+    assert_eq!(line["bench"], "optim");
+    assert_eq!(line["device"], "cpu:0");
+    assert_eq!(line["bytes_per_param"], 28);
+    for field in [
+        "gb_per_s",
+        "axpy_gb_per_s",
+        "copy_gb_per_s",
+        "vs_copy",
+        "direct_ms_per_step",
+    ] {
+        assert!(
+            line[field].as_f64().is_some_and(|x| x > 0.0),
+            "{field} in {line}"
+        );
+    }
+}
