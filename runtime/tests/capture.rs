@@ -137,6 +137,8 @@ const SCALE: Kernel = Kernel::Scale { factor: 2.0 };
 
 #[test]
 fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
+    // The graph's own list is marked recorded (CUDA captures it into a CUDA
+    // graph); the copy the fault plan changed is not.
     let mut harness = TestServer::with_faults(FaultPlan::none().with_trap_at_launch(5));
     let buffer = harness.reserve(64);
     let capture = begin(&mut harness, DEFAULT_STREAM);
@@ -157,7 +159,7 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
             if stream == other && first == DEFAULT_STREAM),
         "{wait:?}"
     );
-    let kernels: Vec<(StreamId, Vec<Kernel>)> = queued
+    let kernels: Vec<(StreamId, Vec<Kernel>, bool)> = queued
         .iter()
         .map(|(stream, _, work)| match work {
             StreamWork::Batch { launches, .. } => (
@@ -166,6 +168,7 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
                     .iter()
                     .map(|launch| launch.kernel.clone())
                     .collect(),
+                launches.is_recorded(),
             ),
             other => panic!("a replay is one batch, got {other:?}"),
         })
@@ -173,8 +176,8 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
     assert_eq!(
         kernels,
         vec![
-            (DEFAULT_STREAM, vec![SCALE, Kernel::Empty, SCALE]),
-            (other, vec![SCALE, Kernel::Trap, SCALE]),
+            (DEFAULT_STREAM, vec![SCALE, Kernel::Empty, SCALE], true),
+            (other, vec![SCALE, Kernel::Trap, SCALE], false),
         ]
     );
     assert_eq!(harness.core.stats().replays, 2);

@@ -6,6 +6,10 @@
 //! than once per replay. The resolved form stays valid because a graph pins
 //! every allocation it uses (see `server/graphs.rs`); changing the list
 //! (a fault plan's trap) copies it and drops the resolved form.
+//!
+//! A recorded graph's list is marked as one ([`Launches::recorded`]), so a
+//! backend may turn it into a device graph of its own (CUDA captures it into
+//! a CUDA graph); an ordinary batch and a changed copy are not marked.
 
 use std::any::Any;
 use std::fmt;
@@ -21,15 +25,19 @@ pub struct Launches(Arc<LaunchList>);
 #[derive(Default)]
 struct LaunchList {
     launches: Vec<ResolvedLaunch>,
+    /// A recorded graph's own list, replayed unchanged many times.
+    recorded: bool,
     /// The backend's resolved form: one backend per server, so one slot.
     prepared: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 impl Clone for LaunchList {
     fn clone(&self) -> Self {
-        // A copy is about to change: the resolved form does not follow it.
+        // A copy is about to change: neither the resolved form nor the
+        // graph's mark follows it.
         LaunchList {
             launches: self.launches.clone(),
+            recorded: false,
             prepared: OnceLock::new(),
         }
     }
@@ -39,12 +47,28 @@ impl fmt::Debug for LaunchList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LaunchList")
             .field("launches", &self.launches)
+            .field("recorded", &self.recorded)
             .field("prepared", &self.prepared.get().is_some())
             .finish()
     }
 }
 
 impl Launches {
+    /// A recorded graph's list: every replay of the graph shares it unchanged.
+    pub fn recorded(launches: Vec<ResolvedLaunch>) -> Self {
+        Launches(Arc::new(LaunchList {
+            launches,
+            recorded: true,
+            prepared: OnceLock::new(),
+        }))
+    }
+
+    /// Whether this is a recorded graph's list, unchanged (an ordinary
+    /// batch and a changed copy are not).
+    pub fn is_recorded(&self) -> bool {
+        self.0.recorded
+    }
+
     /// The backend's resolved form of these launches, made by `prepare` on
     /// first use and shared by every later clone of this list.
     pub fn prepared<T, E>(
@@ -72,10 +96,11 @@ impl Launches {
     }
 
     /// The launches, writable: copied first unless this is the only clone;
-    /// the resolved form is dropped either way.
+    /// the resolved form and the graph's mark are dropped either way.
     pub fn make_mut(&mut self) -> &mut [ResolvedLaunch] {
         let list = Arc::make_mut(&mut self.0);
         list.prepared = OnceLock::new();
+        list.recorded = false;
         &mut list.launches
     }
 }
@@ -84,6 +109,7 @@ impl From<Vec<ResolvedLaunch>> for Launches {
     fn from(launches: Vec<ResolvedLaunch>) -> Self {
         Launches(Arc::new(LaunchList {
             launches,
+            recorded: false,
             prepared: OnceLock::new(),
         }))
     }
@@ -144,6 +170,25 @@ mod tests {
         assert_eq!(made, 2, "the changed copy is resolved afresh");
         prepare_count(&list, &mut made);
         assert_eq!(made, 2, "the shared list keeps its resolved form");
+    }
+
+    #[test]
+    fn only_a_recorded_graphs_unchanged_list_is_marked_recorded() {
+        let batch = launches(&[Kernel::Empty, Kernel::Empty]);
+        assert!(!batch.is_recorded());
+        let graph = Launches::recorded(batch.to_vec());
+        let replay = graph.clone();
+        assert!(replay.is_recorded());
+        let mut trapped = graph.clone();
+        trapped.make_mut()[0].kernel = Kernel::Trap;
+        assert!(!trapped.is_recorded(), "a changed copy is not the graph");
+        assert!(graph.is_recorded());
+        let mut only = Launches::recorded(batch.to_vec());
+        only.make_mut()[0].kernel = Kernel::Trap;
+        assert!(
+            !only.is_recorded(),
+            "changed in place, it is no longer the graph"
+        );
     }
 
     #[test]

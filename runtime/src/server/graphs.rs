@@ -35,8 +35,8 @@ pub(crate) struct Recording {
 /// A recorded graph: its launches, resolved, and the allocations it holds.
 #[derive(Debug)]
 pub(crate) struct Graph {
-    /// Shared with every replay in flight; the backend caches its own
-    /// resolved form beside them.
+    /// Shared with every replay in flight and marked recorded; the backend
+    /// caches its own resolved form (on CUDA, a CUDA graph) beside them.
     pub(crate) launches: Launches,
     /// Shared, so a replay names them without copying the list; with how
     /// the graph uses each, for the cross-stream ordering of its replays.
@@ -171,7 +171,7 @@ impl Graphs {
         let id = self.next_graph;
         self.next_graph += 1;
         let graph = Graph {
-            launches: recording.launches.into(),
+            launches: Launches::recorded(recording.launches),
             allocations: recording.allocations.into_iter().collect(),
             sources: recording.sources.into(),
         };

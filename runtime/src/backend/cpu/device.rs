@@ -34,6 +34,7 @@ impl StreamDevice for CpuStream {
     type Slice = HostSlice;
     type Signal = EventSignal;
     type Event = Arc<HostEvent>;
+    type Batch = Arc<[CpuLaunch]>;
 
     fn write(&mut self, target: &HostSlice, data: &[u8]) -> Result<(), KernelFault> {
         // SAFETY: the server checked the range and orders every stream's

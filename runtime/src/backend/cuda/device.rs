@@ -2,16 +2,18 @@
 //! [`StreamRunner`](crate::backend::stream::StreamRunner) on its executor
 //! thread. It issues work on its own CUDA stream and synchronizes it before
 //! returning, so the runner never reports work the GPU has not finished.
+//! A recorded graph's batch runs as a CUDA graph where it can (`graph.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::DriverError;
-use cudarc::driver::sys::CUstream;
+use cudarc::driver::sys::{CUgraph, CUgraphExec, CUstream};
 
-use super::context::CudaContext;
+use super::context::{CudaContext, Module};
 use super::event::{CudaEvent, EventSignal};
 use super::ffi;
+use super::graph::{self, CudaBatch, GraphCache, GraphStream, Replay};
 use super::launch::{CudaSlice, Launcher};
 use super::scratch::Scratch;
 use super::status::fault;
@@ -58,10 +60,8 @@ impl CudaStream {
         self.ready().map_err(|e| fault(operation, &e))
     }
 
-    fn run_launches(
-        &mut self,
-        launches: &[BoundLaunch<CudaSlice>],
-    ) -> Result<(), (usize, LaunchError)> {
+    /// The CUDA stream of the current epoch and its kernels, ready to issue.
+    fn issuer(&mut self) -> Result<(CUstream, Arc<Module>), (usize, LaunchError)> {
         let stream = self
             .ready()
             .map_err(|e| (0, LaunchError::Fault(fault("bind", &e))))?;
@@ -69,22 +69,59 @@ impl CudaStream {
             .context
             .module()
             .map_err(|e| (0, LaunchError::Fault(fault("load kernels", &e))))?;
+        Ok((stream, module))
+    }
+
+    fn run_launches(
+        &mut self,
+        launches: &[BoundLaunch<CudaSlice>],
+    ) -> Result<(), (usize, LaunchError)> {
+        let (stream, module) = self.issuer()?;
         let mut launcher = Launcher {
             module: &module,
             stream,
             scratch: &mut self.scratch,
             epoch: self.context.epoch(),
         };
-        let mut queued = 0;
-        let mut outcome = Ok(());
-        for (index, launch) in launches.iter().enumerate() {
-            if let Err(error) = launcher.run(launch) {
-                outcome = Err((index, error));
-                break;
-            }
-            queued += 1;
+        let (queued, outcome) = issue(&mut launcher, launches);
+        self.finish(stream, launches, queued, outcome)
+    }
+
+    /// A recorded graph's batch: one graph launch once captured, else (or
+    /// where the graph cannot be had) the ordinary launches.
+    fn run_graph(
+        &mut self,
+        launches: &[BoundLaunch<CudaSlice>],
+        cache: &GraphCache<CudaContext>,
+    ) -> Result<(), (usize, LaunchError)> {
+        let (stream, module) = self.issuer()?;
+        let epoch = self.context.epoch();
+        let mut capture = StreamCapture {
+            launcher: Launcher {
+                module: &module,
+                stream,
+                scratch: &mut self.scratch,
+                epoch,
+            },
+            slot: &mut self.stream,
+        };
+        match graph::replay(cache, &mut capture, launches) {
+            // Every launch of the batch ran: counted as an ordinary batch's.
+            Replay::Launched => self.finish(stream, launches, launches.len(), Ok(())),
+            Replay::Ordinary => self.run_launches(launches),
+            Replay::Fault(error) => Err((0, error)),
         }
-        // Everything queued must finish (or fault) before the runner reports.
+    }
+
+    /// Waits for the first `queued` of `launches` (everything queued must
+    /// finish or fault before the runner reports), then counts them.
+    fn finish(
+        &self,
+        stream: CUstream,
+        launches: &[BoundLaunch<CudaSlice>],
+        queued: usize,
+        outcome: Result<(), (usize, LaunchError)>,
+    ) -> Result<(), (usize, LaunchError)> {
         if let Err(error) = ffi::stream_synchronize(stream) {
             let last = queued.max(1) - 1;
             let kernel = launches.get(last).map_or("?", |l| l.kernel.name());
@@ -93,7 +130,7 @@ impl CudaStream {
                 LaunchError::Fault(fault(&format!("sync after {kernel}"), &error)),
             ));
         }
-        let ran = &launches[..queued];
+        let ran = &launches[..queued.min(launches.len())];
         let empty = ran
             .iter()
             .filter(|l| matches!(l.kernel, Kernel::Empty))
@@ -103,8 +140,59 @@ impl CudaStream {
             .fetch_add(empty, Ordering::Relaxed);
         self.counters
             .kernels_run
-            .fetch_add(queued as u64, Ordering::Relaxed);
+            .fetch_add(ran.len() as u64, Ordering::Relaxed);
         outcome
+    }
+}
+
+/// Queues `launches` in order until one fails: how many were queued, and
+/// the failure with its index.
+fn issue(
+    launcher: &mut Launcher<'_>,
+    launches: &[BoundLaunch<CudaSlice>],
+) -> (usize, Result<(), (usize, LaunchError)>) {
+    for (index, launch) in launches.iter().enumerate() {
+        if let Err(error) = launcher.run(launch) {
+            return (index, Err((index, error)));
+        }
+    }
+    (launches.len(), Ok(()))
+}
+
+/// A stream's side of graph capture and launch, over the driver.
+struct StreamCapture<'a> {
+    launcher: Launcher<'a>,
+    /// The stream's slot, emptied when a failed capture left it capturing.
+    slot: &'a mut Option<(u64, usize)>,
+}
+
+impl GraphStream for StreamCapture<'_> {
+    fn begin_capture(&mut self) -> Result<(), DriverError> {
+        ffi::begin_capture(self.launcher.stream)
+    }
+
+    fn issue(&mut self, launches: &[BoundLaunch<CudaSlice>]) -> Result<(), (usize, LaunchError)> {
+        issue(&mut self.launcher, launches).1
+    }
+
+    fn end_capture(&mut self) -> Result<CUgraph, DriverError> {
+        ffi::end_capture(self.launcher.stream)
+    }
+
+    fn leave_capture(&mut self) {
+        if !matches!(ffi::is_capturing(self.launcher.stream), Ok(false)) {
+            // Never issue on it again: the next use makes a fresh stream,
+            // and this one goes with the context.
+            *self.slot = None;
+        }
+    }
+
+    fn instantiate(&mut self, graph: CUgraph) -> Result<CUgraphExec, DriverError> {
+        ffi::instantiate(graph)
+    }
+
+    fn launch(&mut self, exec: CUgraphExec) -> Result<(), DriverError> {
+        ffi::graph_launch(exec, self.launcher.stream)
     }
 }
 
@@ -127,6 +215,7 @@ impl StreamDevice for CudaStream {
     type Slice = CudaSlice;
     type Signal = EventSignal;
     type Event = Arc<CudaEvent>;
+    type Batch = CudaBatch;
 
     fn write(&mut self, target: &CudaSlice, data: &[u8]) -> Result<(), KernelFault> {
         let stream = self.stream_for("write")?;
@@ -184,6 +273,13 @@ impl StreamDevice for CudaStream {
 
     fn run(&mut self, launches: &[BoundLaunch<CudaSlice>]) -> Result<(), (usize, LaunchError)> {
         self.run_launches(launches)
+    }
+
+    fn run_batch(&mut self, batch: &CudaBatch) -> Result<(), (usize, LaunchError)> {
+        match batch.graph() {
+            Some(cache) => self.run_graph(batch.as_ref(), cache),
+            None => self.run_launches(batch.as_ref()),
+        }
     }
 
     fn record(&mut self, signal: EventSignal) {

@@ -8,7 +8,9 @@
 
 use std::ffi::{CString, c_void};
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice, CUevent, CUfunction, CUmodule, CUstream};
+use cudarc::driver::sys::{
+    self, CUcontext, CUdevice, CUevent, CUfunction, CUgraph, CUgraphExec, CUmodule, CUstream,
+};
 use cudarc::driver::{DriverError, result};
 
 /// A driver call's outcome.
@@ -174,6 +176,73 @@ pub(super) unsafe fn launch(
 ) -> Driver<()> {
     // SAFETY: the caller's.
     unsafe { result::launch_kernel(function, (grid, 1, 1), (block, 1, 1), 0, stream, params) }
+}
+
+/// Starts capturing `stream`'s work into a graph instead of running it.
+/// Thread-local: only this thread is barred from calls unsafe during a
+/// capture; the server and other streams' threads go on as before.
+pub(super) fn begin_capture(stream: CUstream) -> Driver<()> {
+    // SAFETY: `stream` is live and owned by the calling executor.
+    unsafe {
+        result::stream::begin_capture(
+            stream,
+            sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+    }
+}
+
+/// Ends the capture on `stream` (which leaves capture mode whatever the
+/// answer): the graph, or null where the capture was invalidated. A graph
+/// handed back with an error is destroyed here.
+pub(super) fn end_capture(stream: CUstream) -> Driver<CUgraph> {
+    let mut graph: CUgraph = std::ptr::null_mut();
+    // SAFETY: `stream` is live and capturing, begun on this thread; the
+    // driver writes at most one handle to `graph`.
+    let ended = unsafe { sys::cuStreamEndCapture(stream, &mut graph) }.result();
+    if ended.is_err() && !graph.is_null() {
+        let _ = graph_destroy(graph);
+    }
+    ended.map(|()| graph)
+}
+
+/// Whether `stream` is still capturing (active or invalidated).
+pub(super) fn is_capturing(stream: CUstream) -> Driver<bool> {
+    // SAFETY: `stream` is live.
+    let status = unsafe { result::stream::is_capturing(stream) }?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// An executable graph of `graph`, with no instantiation flags.
+pub(super) fn instantiate(graph: CUgraph) -> Driver<CUgraphExec> {
+    // SAFETY: `graph` is a live graph from `end_capture`, used by one thread.
+    unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) }
+}
+
+/// Queues the executable graph `exec` on `stream`.
+pub(super) fn graph_launch(exec: CUgraphExec, stream: CUstream) -> Driver<()> {
+    // SAFETY: both live in the current context; callers serialize uses of
+    // `exec`, and every address its kernels touch is pinned by the graph.
+    unsafe { result::graph::launch(exec, stream) }
+}
+
+/// Destroys an executable graph.
+pub(super) fn graph_exec_destroy(exec: CUgraphExec) -> Driver<()> {
+    // SAFETY: called once by its owner, no launch of it running (every
+    // launch is synchronized before its stream reports).
+    unsafe { result::graph::exec_destroy(exec) }
+}
+
+/// Destroys a graph.
+pub(super) fn graph_destroy(graph: CUgraph) -> Driver<()> {
+    // SAFETY: called once by its owner, after its executable graph.
+    unsafe { result::graph::destroy(graph) }
+}
+
+/// Waits for everything queued on the legacy default stream only: unlike a
+/// context sync, it is allowed while another stream captures (every stream
+/// of the backend is non-blocking, so none joins the legacy stream).
+pub(super) fn legacy_stream_synchronize() -> Driver<()> {
+    stream_synchronize(std::ptr::null_mut())
 }
 
 /// The error a missing kernel gets.

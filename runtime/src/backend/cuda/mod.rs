@@ -10,6 +10,7 @@
 //! - `context.rs`, `ptx.rs`: the primary context, its kernels, their PTX;
 //! - `storage.rs`, `launch.rs`, `device.rs`, `event.rs`: memory, kernels,
 //!   stream work, events;
+//! - `graph.rs`: a recorded graph's batch captured into a CUDA graph;
 //! - `optimizer.rs`: each optimizer step's kernel, constants and slots;
 //! - `lamb.rs`, `scratch.rs`: LAMB's passes and the host's decisions
 //!   between them, in device memory the stream owns;
@@ -20,6 +21,7 @@ mod device;
 mod driver;
 mod event;
 mod ffi;
+mod graph;
 mod lamb;
 mod launch;
 mod optimizer;
@@ -57,11 +59,12 @@ use cistern_memory::{IdMap, IoError, SliceLocation, StreamId};
 use self::context::CudaContext;
 use self::device::{CudaCounters, CudaStream};
 use self::event::{CudaEvent, EventSignal};
+use self::graph::CudaBatch;
 use self::launch::CudaSlice;
 use self::scratch::Scratch;
 use super::stream::{
-    BoundLaunch, DeviceHealth, Job, Resolver, StreamProgress, StreamRunner, bind_launches,
-    gpu_supports_strides, refuse_all,
+    DeviceHealth, Job, Resolver, StreamProgress, StreamRunner, bind_launches, gpu_supports_strides,
+    refuse_all,
 };
 use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
 use crate::command::EventId;
@@ -152,6 +155,7 @@ fn resolve(storage: &CudaStorage, location: SliceLocation) -> Result<CudaSlice, 
 
 struct CudaResolver<'a> {
     storage: &'a CudaStorage,
+    context: &'a Arc<CudaContext>,
     events: &'a mut IdMap<EventId, Arc<CudaEvent>>,
     progress: &'a IdMap<StreamId, Arc<StreamProgress>>,
 }
@@ -163,9 +167,11 @@ impl Resolver for CudaResolver<'_> {
         resolve(self.storage, location)
     }
 
-    fn batch(&mut self, launches: &Launches) -> Result<Arc<[BoundLaunch<CudaSlice>]>, ServerError> {
+    fn batch(&mut self, launches: &Launches) -> Result<CudaBatch, ServerError> {
         let storage = self.storage;
-        launches.prepared(|list| bind_launches(list, |location| resolve(storage, location)))
+        CudaBatch::of(launches, self.context, |list| {
+            bind_launches(list, |location| resolve(storage, location))
+        })
     }
 
     fn record(&mut self, event: EventId) -> EventSignal {
@@ -262,6 +268,7 @@ impl Backend for CudaBackend {
         let urgent = work.is_urgent();
         let mut resolver = CudaResolver {
             storage,
+            context: &self.context,
             events: &mut self.events,
             progress: &self.progress,
         };
@@ -317,9 +324,11 @@ impl Backend for CudaBackend {
             message: "relocation too long".to_string(),
         })?;
         self.context.bind().map_err(failed)?;
-        // The null stream: the server moves only slices no queued work uses.
+        // The legacy stream: the server moves only slices no queued work
+        // uses. Only that stream is waited for: a context sync is refused
+        // while another stream captures a graph.
         ffi::copy(source.address, target.address, len, std::ptr::null_mut())
-            .and_then(|()| ffi::synchronize_context())
+            .and_then(|()| ffi::legacy_stream_synchronize())
             .map_err(failed)
     }
 

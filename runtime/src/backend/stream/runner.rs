@@ -30,6 +30,9 @@ pub trait StreamDevice: Send + 'static {
     type Signal: fmt::Debug + Send;
     /// The waiting side of an event.
     type Event: fmt::Debug + Send;
+    /// A batch's launches as the resolver made them: the bound list, or a
+    /// device's own form that keeps work cached per graph beside it.
+    type Batch: AsRef<[BoundLaunch<Self::Slice>]> + fmt::Debug + Send;
 
     /// Writes `data` (its length is the target's) to `target`.
     fn write(&mut self, target: &Self::Slice, data: &[u8]) -> Result<(), KernelFault>;
@@ -51,6 +54,12 @@ pub trait StreamDevice: Send + 'static {
     /// Runs `launches` in order, stopping at the first failure, which it
     /// answers with the failing launch's index.
     fn run(&mut self, launches: &[BoundLaunch<Self::Slice>]) -> Result<(), (usize, LaunchError)>;
+
+    /// Runs a batch as [`run`](StreamDevice::run) runs its launches (the
+    /// default): the same outcome, the same indices, the same counts.
+    fn run_batch(&mut self, batch: &Self::Batch) -> Result<(), (usize, LaunchError)> {
+        self.run(batch.as_ref())
+    }
 
     /// Fires `signal`'s event: the stream has reached it.
     fn record(&mut self, signal: Self::Signal);
@@ -167,10 +176,14 @@ impl<D: StreamDevice> StreamRunner<D> {
                 d.strided_copy(&source, &target, &layout)
             }),
             Work::Launch { launch, token } => {
-                self.launches(sequence, std::slice::from_ref(&launch), token);
+                let one = std::slice::from_ref(&launch);
+                self.launches(sequence, one, token, |device| device.run(one));
                 self.device.release_launch(launch);
             }
-            Work::Batch { launches, token } => self.launches(sequence, &launches, token),
+            Work::Batch { launches, token } => {
+                let list = launches.as_ref();
+                self.launches(sequence, list, token, |device| device.run_batch(&launches));
+            }
             Work::RecordEvent { event } => self.device.record(event),
             Work::WaitEvent { event } => {
                 if self.refusal().is_none() {
@@ -222,18 +235,21 @@ impl<D: StreamDevice> StreamRunner<D> {
         }
     }
 
+    /// Runs `launches` through `run` unless the device is faulted, and
+    /// settles `token` with the outcome.
     fn launches(
         &mut self,
         sequence: u64,
         launches: &[BoundLaunch<D::Slice>],
         token: Option<PendingToken>,
+        run: impl FnOnce(&mut D) -> Result<(), (usize, LaunchError)>,
     ) {
         let outcome = match self.refusal() {
             Some(error) => {
                 self.latch(error.clone());
                 Err(error)
             }
-            None => self.run_launches(sequence, launches),
+            None => self.run_launches(sequence, launches, run),
         };
         if let Some(token) = token {
             match outcome {
@@ -247,8 +263,9 @@ impl<D: StreamDevice> StreamRunner<D> {
         &mut self,
         sequence: u64,
         launches: &[BoundLaunch<D::Slice>],
+        run: impl FnOnce(&mut D) -> Result<(), (usize, LaunchError)>,
     ) -> Result<(), ServerError> {
-        let outcome = match caught(|| Ok(self.device.run(launches))) {
+        let outcome = match caught(|| Ok(run(&mut self.device))) {
             Ok(outcome) => outcome,
             // A backend that let a panic escape: its launch is unknown.
             Err(fault) => Err((0, LaunchError::Fault(fault))),

@@ -168,7 +168,7 @@ impl<D> fmt::Debug for OnDevice<D> {
 impl<D: StreamDevice> Resolution for OnDevice<D> {
     type Slice = D::Slice;
     type Launch = BoundLaunch<D::Slice>;
-    type Batch = Arc<[BoundLaunch<D::Slice>]>;
+    type Batch = D::Batch;
     type Record = D::Signal;
     type Wait = D::Event;
     type Stream = Arc<StreamProgress>;
@@ -225,11 +225,10 @@ pub trait Resolver {
 
     /// A batch's launches resolved; a graph's list keeps its resolved form
     /// across replays.
-    #[allow(clippy::type_complexity)] // the associated types say what it is
     fn batch(
         &mut self,
         launches: &Launches,
-    ) -> Result<Arc<[BoundLaunch<<Self::Device as StreamDevice>::Slice>]>, ServerError>;
+    ) -> Result<<Self::Device as StreamDevice>::Batch, ServerError>;
 
     /// The recording side of a new event.
     fn record(&mut self, event: EventId) -> <Self::Device as StreamDevice>::Signal;
@@ -261,7 +260,7 @@ enum Lookup<D: StreamDevice> {
     One(D::Slice),
     Two(D::Slice, D::Slice),
     Bindings(Vec<D::Slice>),
-    Batch(Arc<[BoundLaunch<D::Slice>]>),
+    Batch(D::Batch),
     Record(D::Signal),
     Wait(D::Event),
     Progress(Arc<StreamProgress>),

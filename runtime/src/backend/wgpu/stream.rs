@@ -59,6 +59,7 @@ impl StreamDevice for WgpuStream {
     type Slice = GpuSlice;
     type Signal = EventSignal;
     type Event = Arc<HostEvent>;
+    type Batch = Arc<[BoundLaunch<GpuSlice>]>;
 
     fn write(&mut self, target: &GpuSlice, data: &[u8]) -> Result<(), KernelFault> {
         self.context.write(target, data)
