@@ -27,6 +27,8 @@ mod launch;
 mod optimizer;
 mod ptx;
 mod scratch;
+#[cfg(test)]
+mod signature;
 mod status;
 mod storage;
 mod strided;

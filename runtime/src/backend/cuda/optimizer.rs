@@ -173,6 +173,7 @@ mod tests {
         AdagradConfig, AdamConfig, AdamWConfig, LambConfig, RmsPropConfig, SgdConfig,
     };
 
+    use super::super::signature::{parameters, ptx_type};
     use super::*;
 
     fn f32_at(plan: &StepPlan, index: usize) -> f32 {
@@ -308,29 +309,6 @@ mod tests {
             );
         }
         assert!(step_plan(&OptimizerConfig::Lamb(LambConfig::default()), 1).is_none());
-    }
-
-    /// The PTX types of kernel `name`'s parameters, in order.
-    fn parameters<'a>(ptx: &'a str, name: &str) -> Vec<&'a str> {
-        let header = format!(".entry {name}(");
-        let Some(start) = ptx.find(&header) else {
-            return Vec::new();
-        };
-        ptx[start..]
-            .lines()
-            .skip(1)
-            .take_while(|line| line.trim_start().starts_with(".param"))
-            .filter_map(|line| line.split_whitespace().nth(1))
-            .collect()
-    }
-
-    fn ptx_type(arg: &Arg) -> &'static str {
-        match arg {
-            Arg::Pointer(_) | Arg::U64(_) => ".u64",
-            Arg::F32(_) => ".f32",
-            Arg::F64(_) => ".f64",
-            Arg::I32(_) | Arg::U32(_) => ".u32",
-        }
     }
 
     #[test]

@@ -107,6 +107,7 @@ fn malformed(message: &str) -> KernelFault {
 #[cfg(test)]
 mod tests {
     use super::super::launch::{BLOCK, MAX_GRID, grid_of};
+    use super::super::signature::{parameters, ptx_type};
     use super::*;
 
     fn slice(address: u64, len: u64) -> CudaSlice {
@@ -254,20 +255,6 @@ mod tests {
         assert_eq!(blocks(1000 * u64::from(BLOCK) + 1), 1001);
     }
 
-    /// The PTX types of kernel `name`'s parameters, in order.
-    fn parameters<'a>(ptx: &'a str, name: &str) -> Vec<&'a str> {
-        let header = format!(".entry {name}(");
-        let Some(start) = ptx.find(&header) else {
-            return Vec::new();
-        };
-        ptx[start..]
-            .lines()
-            .skip(1)
-            .take_while(|line| line.trim_start().starts_with(".param"))
-            .filter_map(|line| line.split_whitespace().nth(1))
-            .collect()
-    }
-
     #[test]
     fn the_strided_copy_kernel_takes_the_arguments_the_host_packs_for_it() {
         let Some(ptx) = cistern_kernels::cuda::prebuilt_ptx() else {
@@ -275,16 +262,7 @@ mod tests {
             return;
         };
         let launch = launch_of(slice(0, 60), slice(64, 60), &transpose(4));
-        let want: Vec<&str> = launch
-            .args
-            .iter()
-            .map(|arg| match arg {
-                Arg::Pointer(_) | Arg::U64(_) => ".u64",
-                Arg::F32(_) => ".f32",
-                Arg::F64(_) => ".f64",
-                Arg::I32(_) | Arg::U32(_) => ".u32",
-            })
-            .collect();
+        let want: Vec<&str> = launch.args.iter().map(ptx_type).collect();
         assert_eq!(parameters(ptx, KERNEL), want);
     }
 }
