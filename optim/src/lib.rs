@@ -14,8 +14,8 @@ mod scaler;
 mod segment;
 
 pub use config::{
-    AdagradConfig, AdamConfig, AdamWConfig, LambConfig, OptimizerConfig, RmsPropConfig, SgdConfig,
-    StateBuffer, StateLayout,
+    AdagradConfig, AdamConfig, AdamWConfig, LambConfig, LambConstants, OptimizerConfig,
+    RmsPropConfig, SgdConfig, StateBuffer, StateLayout,
 };
 pub use error::OptimError;
 pub use scaler::{GradScaler, GradScalerConfig, ScaleUpdate};

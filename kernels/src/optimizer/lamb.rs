@@ -136,29 +136,18 @@ struct LambScalars {
 
 impl LambScalars {
     fn new(c: &LambConfig, step: u64, grad_norm: f64) -> Self {
-        let (beta1, beta2) = c.betas;
-        let t = step as f64;
-        let (bias_correction1, bias_correction2) = if c.bias_correction {
-            (1.0 - beta1.powf(t), 1.0 - beta2.powf(t))
-        } else {
-            (1.0, 1.0)
-        };
-        let clip = if grad_norm > c.max_grad_norm {
-            grad_norm / c.max_grad_norm
-        } else {
-            1.0
-        };
+        let k = c.step_constants(step, grad_norm);
         Self {
-            inv_clip: (1.0 / clip) as f32,
-            decay: c.weight_decay as f32,
+            inv_clip: k.inv_clip,
+            decay: k.decay,
             adam_w_mode: c.adam_w_mode,
-            beta1: beta1 as f32,
-            beta2: beta2 as f32,
-            beta3: if c.grad_averaging { 1.0 - beta1 } else { 1.0 } as f32,
-            one_minus_beta2: (1.0 - beta2) as f32,
-            inv_bias_correction1: (1.0 / bias_correction1) as f32,
-            inv_bias_correction2: (1.0 / bias_correction2) as f32,
-            eps: c.eps as f32,
+            beta1: k.beta1,
+            beta2: k.beta2,
+            beta3: k.beta3,
+            one_minus_beta2: k.one_minus_beta2,
+            inv_bias_correction1: k.inv_bias_correction1,
+            inv_bias_correction2: k.inv_bias_correction2,
+            eps: k.eps,
             trust_ratio: c.use_nvlamb || c.weight_decay != 0.0,
         }
     }

@@ -70,4 +70,78 @@ impl LambConfig {
     pub fn state_layout(&self) -> StateLayout {
         StateLayout::zeros(&["exp_avg", "exp_avg_sq"])
     }
+
+    /// The f32 constants of step `step` (from 1) with global gradient norm
+    /// `grad_norm`, computed in f64 as apex's `multi_tensor_lamb` does:
+    /// what every backend's LAMB kernel multiplies by.
+    pub fn step_constants(&self, step: u64, grad_norm: f64) -> LambConstants {
+        let (beta1, beta2) = self.betas;
+        let t = step as f64;
+        let (bias_correction1, bias_correction2) = if self.bias_correction {
+            (1.0 - beta1.powf(t), 1.0 - beta2.powf(t))
+        } else {
+            (1.0, 1.0)
+        };
+        let clip = if grad_norm > self.max_grad_norm {
+            grad_norm / self.max_grad_norm
+        } else {
+            1.0
+        };
+        LambConstants {
+            inv_clip: (1.0 / clip) as f32,
+            decay: self.weight_decay as f32,
+            beta1: beta1 as f32,
+            beta2: beta2 as f32,
+            beta3: if self.grad_averaging {
+                1.0 - beta1
+            } else {
+                1.0
+            } as f32,
+            one_minus_beta2: (1.0 - beta2) as f32,
+            inv_bias_correction1: (1.0 / bias_correction1) as f32,
+            inv_bias_correction2: (1.0 / bias_correction2) as f32,
+            eps: self.eps as f32,
+        }
+    }
+}
+
+/// One LAMB step's constants ([`LambConfig::step_constants`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LambConstants {
+    /// `1 / clip`: the gradient's scale after global-norm clipping.
+    pub inv_clip: f32,
+    /// The weight decay.
+    pub decay: f32,
+    /// The first moment's decay rate.
+    pub beta1: f32,
+    /// The second moment's decay rate.
+    pub beta2: f32,
+    /// The gradient's weight in the first moment (`1 − beta1` when
+    /// averaging, else 1).
+    pub beta3: f32,
+    /// `1 − beta2`.
+    pub one_minus_beta2: f32,
+    /// `1 / (1 − beta1^t)` (1 without bias correction).
+    pub inv_bias_correction1: f32,
+    /// `1 / (1 − beta2^t)` (1 without bias correction).
+    pub inv_bias_correction2: f32,
+    /// Added to the denominator.
+    pub eps: f32,
+}
+
+impl LambConstants {
+    /// The constants in the order the GPU kernels take them.
+    pub fn to_array(self) -> [f32; 9] {
+        [
+            self.inv_clip,
+            self.decay,
+            self.beta1,
+            self.beta2,
+            self.beta3,
+            self.one_minus_beta2,
+            self.inv_bias_correction1,
+            self.inv_bias_correction2,
+            self.eps,
+        ]
+    }
 }

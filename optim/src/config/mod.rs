@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub use adagrad::AdagradConfig;
 pub use adam::{AdamConfig, AdamWConfig};
-pub use lamb::LambConfig;
+pub use lamb::{LambConfig, LambConstants};
 pub use rmsprop::RmsPropConfig;
 pub use sgd::SgdConfig;
 

@@ -97,29 +97,7 @@ pub(super) fn initial_bytes(layout: &ScratchLayout, items: &[u64]) -> Vec<u8> {
 /// The per-step constants after `adam_w_mode`, as apex's
 /// `multi_tensor_lamb` (and the CPU's `LambScalars`) computes them.
 pub(super) fn constants(c: &LambConfig, step: u64, grad_norm: f64) -> [f32; 9] {
-    let (beta1, beta2) = c.betas;
-    let t = step as f64;
-    let (bias_correction1, bias_correction2) = if c.bias_correction {
-        (1.0 - beta1.powf(t), 1.0 - beta2.powf(t))
-    } else {
-        (1.0, 1.0)
-    };
-    let clip = if grad_norm > c.max_grad_norm {
-        grad_norm / c.max_grad_norm
-    } else {
-        1.0
-    };
-    [
-        (1.0 / clip) as f32,
-        c.weight_decay as f32,
-        beta1 as f32,
-        beta2 as f32,
-        (if c.grad_averaging { 1.0 - beta1 } else { 1.0 }) as f32,
-        (1.0 - beta2) as f32,
-        (1.0 / bias_correction1) as f32,
-        (1.0 / bias_correction2) as f32,
-        c.eps as f32,
-    ]
+    c.step_constants(step, grad_norm).to_array()
 }
 
 /// The global gradient norm from each segment's Σg², summed in order.
