@@ -54,6 +54,7 @@ conformance_tests! {
     kernels::a_kernel_over_a_sub_range_changes_only_that_range,
     kernels::every_activation_forward_and_backward_matches_the_cpu_kernels,
     kernels::gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel,
+    kernels::gemm_off_every_tile_and_block_boundary_matches_the_cpu_kernel,
     kernels::reductions_match_the_cpu_kernels,
     kernels_bindings::bad_bindings_are_invalid_programs_and_nothing_runs,
     kernels_bindings::a_bad_launch_in_a_batch_stops_all_of_it_before_it_runs,

@@ -158,6 +158,83 @@ pub fn gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel(device: D
     }
 }
 
+/// Sizes on and off the wgpu kernel's boundaries (64×64 tiles of C, 16
+/// steps of k, 4×4 blocks, the second half of a tile from row and column
+/// 32), each with both transposes and the epilogue with and without a bias,
+/// every operand a range a few floats into its buffer.
+pub fn gemm_off_every_tile_and_block_boundary_matches_the_cpu_kernel(device: Device) {
+    let client = open(device);
+    let mut rng = SplitMix64::new(5);
+    // Floats before each operand in its buffer.
+    const LEAD: usize = 3;
+    let leaky = Activation::LeakyRelu {
+        negative_slope: 0.1,
+    };
+    let epilogues = [
+        (false, Activation::Identity),
+        (true, leaky),
+        (true, Activation::Sigmoid),
+    ];
+    let shapes = [
+        (1, 1, 1),
+        (65, 70, 17),
+        (130, 67, 33),
+        (7, 129, 64),
+        (97, 33, 5),
+        (64, 64, 16),
+    ];
+    for (m, n, k) in shapes {
+        let (a, b, bias) = (
+            rng.symmetric_f32s(LEAD + m * k),
+            rng.symmetric_f32s(LEAD + k * n),
+            rng.symmetric_f32s(LEAD + n),
+        );
+        let (da, db, dbias) = (
+            upload(&client, &a),
+            upload(&client, &b),
+            upload(&client, &bias),
+        );
+        let c = zeros(&client, LEAD + m * n);
+        let operand = |buffer: &Buffer, len: usize| buffer.range(4 * LEAD as u64, 4 * len as u64);
+        for (transpose_a, transpose_b) in
+            [(false, false), (false, true), (true, false), (true, true)]
+        {
+            for (with_bias, activation) in epilogues {
+                let spec = GemmSpec {
+                    m,
+                    n,
+                    k,
+                    transpose_a,
+                    transpose_b,
+                    activation,
+                };
+                let host_bias = with_bias.then_some(&bias[LEAD..]);
+                let mut want = vec![0.0; m * n];
+                host(kernels::gemm(
+                    &spec,
+                    &a[LEAD..],
+                    &b[LEAD..],
+                    host_bias,
+                    &mut want,
+                ));
+                let bound_bias = with_bias.then(|| operand(&dbias, n));
+                let out = operand(&c, m * n);
+                // An element the kernel misses stays NaN and fails the check.
+                run(&client, KernelLaunch::fill(out, f32::NAN));
+                let (da, db) = (operand(&da, m * k), operand(&db, k * n));
+                run(&client, KernelLaunch::gemm(spec, da, db, bound_bias, out));
+                let what = format!("{spec:?}");
+                let all = download(&client, &c);
+                assert_eq!(all[..LEAD], [0.0; LEAD], "{what}: wrote before C");
+                let got = &all[LEAD..];
+                let missed = got.iter().position(|v| v.is_nan());
+                assert!(missed.is_none(), "{what}: C[{missed:?}] not written");
+                assert_within(got, &want, cancelling_tolerance(device), &what);
+            }
+        }
+    }
+}
+
 pub fn reductions_match_the_cpu_kernels(device: Device) {
     let client = open(device);
     let mut rng = SplitMix64::new(4);

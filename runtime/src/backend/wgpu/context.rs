@@ -23,6 +23,8 @@ pub(crate) struct GpuContext {
     pub(super) offset_alignment: u64,
     /// Workgroups per grid dimension.
     pub(super) max_groups: u32,
+    /// Multiply-adds one GEMM submission may do (`gemm::bands`).
+    pub(super) gemm_budget: u64,
     pub(super) pipelines: Pipelines,
     /// 16 zero bytes: the binding of an absent buffer.
     pub(super) zero: ::wgpu::Buffer,
@@ -62,10 +64,15 @@ impl GpuContext {
             .max(4)
             .next_power_of_two();
         let timestamps = super::timing::Timestamps::of(&device, &queue);
+        let gemm_budget = match device.adapter_info().device_type {
+            ::wgpu::DeviceType::Cpu => super::gemm::CPU_BUDGET,
+            _ => super::gemm::GPU_BUDGET,
+        };
         GpuContext {
             max_binding: limits.max_storage_buffer_binding_size,
             offset_alignment,
             max_groups: limits.max_compute_workgroups_per_dimension.max(1),
+            gemm_budget,
             pipelines: Pipelines::default(),
             zero,
             device,

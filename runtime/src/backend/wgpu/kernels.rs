@@ -5,7 +5,7 @@
 //! element-wise, a grid too large) is refused as `UnsupportedOperation`
 //! before anything runs, and the device stays healthy.
 
-use cistern_kernels::{Activation, GemmSpec};
+use cistern_kernels::Activation;
 use cistern_optim::{LambConfig, OptimizerConfig};
 
 use super::context::GpuContext;
@@ -22,6 +22,9 @@ pub(super) enum Plan<'a> {
     Nothing,
     /// Dispatches in order, in one submission.
     Dispatches(Vec<Dispatch>),
+    /// Dispatches in order, each in a submission of its own (long work cut
+    /// so that no submission runs long).
+    Submissions(Vec<Dispatch>),
     /// A copy of bytes: source, target.
     Copy(GpuSlice, GpuSlice),
     /// A LAMB step: passes with host decisions between them (`lamb.rs`).
@@ -55,7 +58,6 @@ const BINARY: Entry = streaming("binary", 3);
 const AMP_UNSCALE: Entry = streaming("amp_unscale", 2);
 const FORWARD: Entry = entry(Module::Activation, "forward", 2);
 const BACKWARD: Entry = entry(Module::Activation, "backward", 3);
-const GEMM: Entry = entry(Module::Gemm, "gemm", 4);
 const COLUMN_SUM: Entry = entry(Module::Reduce, "column_sum", 2);
 const MSE_LOSS: Entry = entry(Module::Reduce, "mse_loss", 3);
 const SEGMENT_SUM: Entry = Entry {
@@ -181,48 +183,6 @@ impl GpuContext {
             Kernel::AmpUpdateScale { rule } => self.update_scale(rule, &launch.bindings),
             Kernel::OptimizerStepCounted(step) => self.counted_step(step, &launch.bindings),
         }
-    }
-
-    fn gemm(
-        &self,
-        spec: &GemmSpec,
-        a: &GpuSlice,
-        b: &GpuSlice,
-        bias: Option<&GpuSlice>,
-        c: &GpuSlice,
-    ) -> Result<Plan<'static>, ServerError> {
-        if spec.m == 0 || spec.n == 0 {
-            return Ok(Plan::Nothing);
-        }
-        let bias_window = match bias {
-            Some(bias) => self.window(bias)?,
-            None => self.zero_window(),
-        };
-        let windows = vec![
-            self.window(a)?,
-            self.window(b)?,
-            bias_window,
-            self.window(c)?,
-        ];
-        let (code, slope) = activation_code(spec.activation);
-        let mut params = Params::new(code, &[slope]);
-        params.u[8] = u32_of(spec.m as u64)?;
-        params.u[9] = u32_of(spec.n as u64)?;
-        params.u[10] = u32_of(spec.k as u64)?;
-        params.u[11] = u32::from(spec.transpose_a);
-        params.u[12] = u32::from(spec.transpose_b);
-        params.u[13] = u32::from(bias.is_some());
-        let tiles = |n: usize| {
-            u32::try_from(n.div_ceil(16))
-                .ok()
-                .filter(|&t| t <= self.max_groups)
-        };
-        let (Some(x), Some(y)) = (tiles(spec.n), tiles(spec.m)) else {
-            return Err(unsupported(format!("a {}×{} gemm grid", spec.m, spec.n)));
-        };
-        let mut dispatch = self.dispatch(GEMM, windows, None, params, 0)?;
-        dispatch.groups = [x, y, 1];
-        Ok(Plan::Dispatches(vec![dispatch]))
     }
 
     pub(super) fn segment_sum(

@@ -165,7 +165,11 @@ impl GpuContext {
             .map_err(LaunchError::Refused)?
         {
             Plan::Dispatches(dispatches) => self.run_now(&dispatches)?,
-            Plan::Nothing | Plan::Copy(..) | Plan::Lamb(..) | Plan::CountedLamb(..) => {}
+            Plan::Nothing
+            | Plan::Submissions(..)
+            | Plan::Copy(..)
+            | Plan::Lamb(..)
+            | Plan::CountedLamb(..) => {}
         }
         Ok(bytes_to_f32(&self.read(&out)?))
     }

@@ -10,6 +10,7 @@ mod adapter;
 mod amp;
 mod context;
 mod dispatch;
+mod gemm;
 mod kernels;
 mod lamb;
 mod memory;

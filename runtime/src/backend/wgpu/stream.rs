@@ -49,6 +49,9 @@ impl WgpuStream {
             Plan::Nothing => Ok(()),
             Plan::Copy(source, target) => Ok(context.copy(&source, &target)?),
             Plan::Dispatches(dispatches) => context.run_now(&dispatches),
+            Plan::Submissions(dispatches) => dispatches
+                .iter()
+                .try_for_each(|dispatch| context.run_now(std::slice::from_ref(dispatch))),
             Plan::Lamb(config, args) => context.lamb(config, args, &launch.bindings),
             Plan::CountedLamb(config, args) => context.counted_lamb(config, args, &launch.bindings),
         }
