@@ -83,6 +83,7 @@ conformance_tests! {
     streams::freed_memory_is_reused_in_stream_order,
     strided::a_strided_copy_transposes_a_matrix,
     strided::a_declined_pattern_is_unsupported_strides_never_wrong_data,
+    strided::a_copy_from_an_offset_off_every_word_is_right_or_unsupported_strides,
     exhaustion::exhausting_a_small_limit_is_out_of_memory_after_one_retry,
     exhaustion::a_buffer_larger_than_the_limit_is_buffer_too_big,
     faults::a_trap_surfaces_at_the_owners_token_and_sync,

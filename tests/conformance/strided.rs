@@ -67,3 +67,35 @@ pub fn a_declined_pattern_is_unsupported_strides_never_wrong_data(device: Device
         Err(other) => panic!("expected a copy or UnsupportedStrides, got {other}"),
     }
 }
+
+pub fn a_copy_from_an_offset_off_every_word_is_right_or_unsupported_strides(device: Device) {
+    let client = open(device);
+    let bytes: Vec<u8> = (0..64u8).collect();
+    let source = ok(client.upload(&bytes), "upload");
+    let target = ok(client.upload(&[0xEEu8; 64]), "upload");
+    for (source_offset, target_offset) in [(2u64, 0u64), (0, 6), (1, 3)] {
+        let copy = StridedCopy {
+            source: source.reference(),
+            source_offset,
+            source_strides: vec![1],
+            target: target.reference(),
+            target_offset,
+            target_strides: vec![1],
+            shape: vec![8],
+            element_size: 4,
+        };
+        match client.strided_copy(client.default_stream(), copy) {
+            Ok(()) => {
+                let got = ok(client.download(&target), "download");
+                let (from, to) = (source_offset as usize, target_offset as usize);
+                assert_eq!(
+                    &got[to..to + 32],
+                    &bytes[from..from + 32],
+                    "{device}: offsets {source_offset}, {target_offset}"
+                );
+            }
+            Err(ServerError::Io(cistern::memory::IoError::UnsupportedStrides { .. })) => {}
+            Err(other) => panic!("expected a copy or UnsupportedStrides, got {other}"),
+        }
+    }
+}

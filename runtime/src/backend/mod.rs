@@ -67,8 +67,14 @@ pub trait Backend: Send + 'static {
         false
     }
 
-    /// Whether this backend can run a strided copy of this layout.
-    fn supports_strides(&self, layout: &StrideLayout) -> bool;
+    /// Whether this backend can run a strided copy of this layout between
+    /// these slices (their byte offsets may rule a layout out).
+    fn supports_strides(
+        &self,
+        layout: &StrideLayout,
+        source: SliceLocation,
+        target: SliceLocation,
+    ) -> bool;
 
     /// Copies the bytes of `from` to `to` now, for a compaction; the server
     /// only moves slices that no queued work uses.

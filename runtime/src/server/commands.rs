@@ -133,14 +133,14 @@ impl<B: Backend> ServerCore<B> {
             target_strides: copy.target_strides,
             element_size: copy.element_size,
         };
-        if !self.backend.supports_strides(&layout) {
+        let source = self.slice(copy.source.id, copy.source_offset, source_span)?;
+        let target = self.slice(copy.target.id, copy.target_offset, target_span)?;
+        if !self.backend.supports_strides(&layout, source, target) {
             return Err(IoError::UnsupportedStrides {
                 backtrace: BackTrace::capture(),
             }
             .into());
         }
-        let source = self.slice(copy.source.id, copy.source_offset, source_span)?;
-        let target = self.slice(copy.target.id, copy.target_offset, target_span)?;
         let work = StreamWork::StridedCopy {
             source,
             target,

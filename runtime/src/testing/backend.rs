@@ -70,7 +70,7 @@ impl Backend for TestBackend {
             && !state.undelivered.iter().any(|done| done.stream == stream)
     }
 
-    fn supports_strides(&self, layout: &StrideLayout) -> bool {
+    fn supports_strides(&self, layout: &StrideLayout, _: SliceLocation, _: SliceLocation) -> bool {
         self.max_strided_dims
             .is_some_and(|max| layout.shape.len() <= max)
     }

@@ -144,7 +144,7 @@ impl Backend for CpuBackend {
         self.executors.flush();
     }
 
-    fn supports_strides(&self, layout: &StrideLayout) -> bool {
+    fn supports_strides(&self, layout: &StrideLayout, _: SliceLocation, _: SliceLocation) -> bool {
         strided::supports(layout)
     }
 

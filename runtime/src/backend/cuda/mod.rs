@@ -302,7 +302,8 @@ impl Backend for CudaBackend {
         }
     }
 
-    fn supports_strides(&self, layout: &StrideLayout) -> bool {
+    fn supports_strides(&self, layout: &StrideLayout, _: SliceLocation, _: SliceLocation) -> bool {
+        // Views off a word boundary are copied byte by byte.
         gpu_supports_strides(layout)
     }
 

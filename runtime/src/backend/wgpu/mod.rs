@@ -158,8 +158,14 @@ impl Backend for WgpuBackend {
         self.executors.flush();
     }
 
-    fn supports_strides(&self, layout: &StrideLayout) -> bool {
-        gpu_supports_strides(layout)
+    fn supports_strides(
+        &self,
+        layout: &StrideLayout,
+        source: SliceLocation,
+        target: SliceLocation,
+    ) -> bool {
+        // The kernel copies whole words from word boundaries.
+        gpu_supports_strides(layout) && source.offset % 4 == 0 && target.offset % 4 == 0
     }
 
     fn relocate(

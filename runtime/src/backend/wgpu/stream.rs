@@ -84,7 +84,8 @@ impl StreamDevice for WgpuStream {
     ) -> Result<(), KernelFault> {
         let context = &self.context;
         let malformed = |e: ServerError| KernelFault::Malformed(e.to_string());
-        if !gpu_supports_strides(layout) {
+        // `supports_strides` declined these; never copy them wrongly.
+        if !gpu_supports_strides(layout) || source.offset % 4 != 0 || target.offset % 4 != 0 {
             return Err(KernelFault::Malformed("unsupported stride layout".into()));
         }
         let elements: u64 = layout.shape.iter().product();
