@@ -309,26 +309,10 @@ unsafe fn avx2<const ROWS: usize>(
     for last in whole..kc {
         step(&mut acc, last);
     }
-    if cols == AVX2_NR {
-        for (r, acc_row) in acc.iter().enumerate() {
-            for (half, &sum) in acc_row.iter().enumerate() {
-                // SAFETY: row r < ROWS of C, all 16 of its columns in it.
-                unsafe {
-                    let dst = c.add(r * ldc + half * 8);
-                    let sum = if accumulate {
-                        _mm256_add_ps(sum, _mm256_loadu_ps(dst))
-                    } else {
-                        sum
-                    };
-                    _mm256_storeu_ps(dst, sum);
-                }
-            }
-        }
-        return;
-    }
-    // An edge tile: whole halves as above, the partial one through a
-    // buffer (a `vmaskmovps` with a partial mask costs several plain
-    // stores on AMD, and every tile of a narrow C is an edge tile).
+    // Whole halves as one store each; a partial half (an edge tile) lane
+    // by lane through a buffer: a `vmaskmovps` with a partial mask costs
+    // several plain stores on AMD, and every tile of a narrow C is an edge
+    // tile.
     for (r, acc_row) in acc.iter().enumerate() {
         for (half, &sum) in acc_row.iter().enumerate() {
             let first = half * 8;

@@ -35,9 +35,7 @@ use self::slice::GpuSlice;
 use self::stream::{Counters, WgpuStream};
 use super::event::{EventSignal, HostEvent, event_of, record_in};
 use super::executors::{Executors, progress_of, unknown_stream};
-use super::stream::{
-    BoundLaunch, Job, Resolver, StreamProgress, bind_launches, gpu_supports_strides,
-};
+use super::stream::{BoundLaunch, Job, Resolver, StreamProgress, bind_launches};
 use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
 use crate::command::EventId;
 use crate::sync::Sender;
@@ -164,8 +162,7 @@ impl Backend for WgpuBackend {
         source: SliceLocation,
         target: SliceLocation,
     ) -> bool {
-        // The kernel copies whole words from word boundaries.
-        gpu_supports_strides(layout) && source.offset % 4 == 0 && target.offset % 4 == 0
+        stream::copies_strides(layout, source.offset, target.offset)
     }
 
     fn relocate(

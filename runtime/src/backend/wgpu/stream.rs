@@ -41,6 +41,16 @@ pub(super) struct WgpuStream {
     pub(super) counters: Arc<Counters>,
 }
 
+/// Whether the strided-copy kernel runs `layout` between views starting at
+/// these byte offsets: it copies whole words from word boundaries.
+pub(super) fn copies_strides(
+    layout: &StrideLayout,
+    source_offset: u64,
+    target_offset: u64,
+) -> bool {
+    gpu_supports_strides(layout) && source_offset % 4 == 0 && target_offset % 4 == 0
+}
+
 impl WgpuStream {
     fn launch(&self, launch: &BoundLaunch<GpuSlice>) -> Result<(), LaunchError> {
         let context = &self.context;
@@ -85,7 +95,7 @@ impl StreamDevice for WgpuStream {
         let context = &self.context;
         let malformed = |e: ServerError| KernelFault::Malformed(e.to_string());
         // `supports_strides` declined these; never copy them wrongly.
-        if !gpu_supports_strides(layout) || source.offset % 4 != 0 || target.offset % 4 != 0 {
+        if !copies_strides(layout, source.offset, target.offset) {
             return Err(KernelFault::Malformed("unsupported stride layout".into()));
         }
         let elements: u64 = layout.shape.iter().product();
