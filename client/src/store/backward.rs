@@ -1,19 +1,26 @@
 //! The store's backward: the tape's walk, with the registered parameters'
-//! gradients written into the staging buffer, tagged with a serial.
+//! gradients written into the staging buffer (by the kernels that compute
+//! them, or copied there), tagged with a serial.
 
 use cistern_runtime::KernelLaunch;
 
 use super::store::{DeviceParamStore, Staged};
 use super::work::Work;
 use crate::error::{AutodiffError, BackendError};
-use crate::tape::{Gradients, StagedBy, Tape, Var};
+use crate::tape::{Gradients, Sinks, StagedBy, Tape, Var};
 
 impl DeviceParamStore {
     /// The gradients of the scalar `loss` on `tape` (as
     /// [`Tape::backward`]), with every registered parameter's gradient also
-    /// written into the store's staging buffer, tagged with a new backward
-    /// serial: the next [`step`](Self::step) takes them from there without
-    /// an upload. Nothing waits for the device.
+    /// in the store's staging buffer, tagged with a new backward serial:
+    /// the next [`step`](Self::step) takes them from there without an
+    /// upload. Nothing waits for the device.
+    ///
+    /// A parameter used once (a layer's weight or bias) has its gradient
+    /// written there by the kernel that computes it, with no copy and no
+    /// buffer of its own: its entry in the returned [`Gradients`] is a view
+    /// of the staging buffer, which the next backward through the store
+    /// overwrites and an AMP step unscales in place. Read it before then.
     ///
     /// No pending forward is `InvalidArgument`; a tape other than the
     /// pending forward's `TapeMismatch`; a tape of another device
@@ -39,8 +46,13 @@ impl DeviceParamStore {
             Some(pending) => pending.leaves.clone(),
         };
         self.staged = None;
+        let views = leaves.iter().enumerate().filter_map(|(slot, &leaf)| {
+            let (offset, size) = self.layout.slot(slot)?.bytes();
+            Some((leaf, self.staging.view(offset, size)?))
+        });
+        let mut sinks = Sinks::new(views);
         let gradients = tape
-            .backward_walk(loss, true)
+            .backward_walk(loss, true, &mut sinks)
             .map_err(|error| self.fail_autodiff(error))?;
         self.serial += 1;
         let serial = self.serial;
@@ -51,11 +63,15 @@ impl DeviceParamStore {
             else {
                 continue;
             };
-            let (offset, size) = layout.bytes();
-            let target = self.staging.range(offset, size);
-            let token = tape
-                .launch(KernelLaunch::identity(gradient.whole(), target))
-                .map_err(|error| self.fail_autodiff(error))?;
+            let token = match sinks.written(leaf) {
+                Some(token) => token.clone(),
+                None => {
+                    let (offset, size) = layout.bytes();
+                    let target = self.staging.range(offset, size);
+                    tape.launch(KernelLaunch::identity(gradient.whole(), target))
+                        .map_err(|error| self.fail_autodiff(error))?
+                }
+            };
             self.work.push(token, Work::Staging { serial });
             filled[slot] = true;
         }

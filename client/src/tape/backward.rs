@@ -13,6 +13,7 @@ use cistern_runtime::KernelLaunch;
 
 use super::gradients::{Gradients, Slot};
 use super::node::{Node, VarIndex};
+use super::sinks::Sinks;
 use super::tape::Tape;
 use super::var::Var;
 use crate::compute::Buffer;
@@ -23,7 +24,8 @@ use crate::error::AutodiffError;
 pub(super) enum Grad {
     /// Every element is this value (only for one-element values).
     Constant(f32),
-    /// On the device, never written again once its launch is queued.
+    /// On the device, never written again once its launch is queued (a
+    /// store's staging view: not before the store's next backward).
     Device(Buffer),
 }
 
@@ -39,15 +41,19 @@ impl Tape {
     /// registered parameters is `InvalidArgument`: their gradients go
     /// through `DeviceParamStore::backward`.
     pub fn backward(&self, loss: &Var<'_>) -> Result<Gradients<'_>, AutodiffError> {
-        self.backward_walk(loss, false)
+        self.backward_walk(loss, false, &mut Sinks::default())
     }
 
     /// The backward walk; `through_store` allows store parameters among
     /// the reached values (the store's backward takes their gradients).
+    /// A leaf of `sinks` with one contribution to come gets it written
+    /// straight into its sink where a kernel computes it (a weight's or a
+    /// bias's gradient), recorded there with the launch's token.
     pub(crate) fn backward_walk(
         &self,
         loss: &Var<'_>,
         through_store: bool,
+        sinks: &mut Sinks,
     ) -> Result<Gradients<'_>, AutodiffError> {
         let root = self.index_of(loss)?;
         if let Some(failure) = self.failure() {
@@ -86,13 +92,15 @@ impl Tape {
                     .into(),
             ));
         }
+        let uses = self.with_nodes(|nodes| contributions_to_come(nodes, &reached));
+        sinks.retain(|leaf| uses.get(leaf) == Some(&1));
         let mut grads: Vec<Option<Grad>> = vec![None; root + 1];
         grads[root] = Some(Grad::Constant(1.0));
         for index in (0..=root).rev() {
             let Some(grad) = grads[index].take() else {
                 continue;
             };
-            for (input, contribution) in self.input_gradients(index, &grad, &reached)? {
+            for (input, contribution) in self.input_gradients(index, &grad, &reached, sinks)? {
                 let merged = match grads[input].take() {
                     None => contribution,
                     Some(earlier) => {
@@ -134,6 +142,23 @@ impl Tape {
         self.launch(KernelLaunch::add(a.whole(), b.whole(), out.whole()))?;
         Ok(Grad::Device(out))
     }
+}
+
+/// How many contributions each value's gradient gets in the walk: one per
+/// use of it as an input of a reached, tracked value.
+fn contributions_to_come(nodes: &[Node], reached: &[bool]) -> Vec<u32> {
+    let mut uses = vec![0u32; reached.len()];
+    for (index, &reached_here) in reached.iter().enumerate() {
+        if !reached_here || !nodes[index].tracked {
+            continue;
+        }
+        for input in nodes[index].op.inputs() {
+            if reached.get(input).copied().unwrap_or(false) {
+                uses[input] += 1;
+            }
+        }
+    }
+    uses
 }
 
 /// Which values the loss `root` reaches through tracked inputs.

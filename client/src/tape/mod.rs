@@ -10,6 +10,7 @@ mod gradients;
 mod node;
 mod ops;
 mod rules;
+mod sinks;
 #[allow(clippy::module_inception)]
 mod tape;
 mod tensor;
@@ -19,6 +20,7 @@ mod work;
 pub(crate) use gradients::StagedBy;
 pub use gradients::{Gradient, Gradients};
 pub(crate) use node::ResidentMark;
+pub(crate) use sinks::Sinks;
 pub use tape::{Tape, TapeId};
 pub use tensor::Tensor;
 pub use var::Var;

@@ -6,6 +6,7 @@ use cistern_runtime::{Activation, GemmSpec, KernelLaunch};
 
 use super::backward::Grad;
 use super::node::{Node, Op, VarIndex};
+use super::sinks::Sinks;
 use super::tape::Tape;
 use crate::compute::Buffer;
 use crate::error::AutodiffError;
@@ -21,6 +22,7 @@ impl Tape {
         index: VarIndex,
         grad: &Grad,
         reached: &[bool],
+        sinks: &mut Sinks,
     ) -> Result<Contributions, AutodiffError> {
         let (op, value, shape) = self.with_node(index, |node| {
             (node.op.clone(), node.value.clone(), node.shape.clone())
@@ -37,12 +39,14 @@ impl Tape {
                 if reached(&a) {
                     // ∂a = g·bᵀ (m×k)
                     let spec = product(m, k, n, false, true);
-                    out.push((a, Grad::Device(self.gemm(spec, &g, &b_value, m * k)?)));
+                    let grad = self.gemm_for(a, spec, &g, &b_value, m * k, sinks)?;
+                    out.push((a, Grad::Device(grad)));
                 }
                 if reached(&b) {
                     // ∂b = aᵀ·g (k×n)
                     let spec = product(k, n, m, true, false);
-                    out.push((b, Grad::Device(self.gemm(spec, &a_value, &g, k * n)?)));
+                    let grad = self.gemm_for(b, spec, &a_value, &g, k * n, sinks)?;
+                    out.push((b, Grad::Device(grad)));
                 }
             }
             Op::Linear {
@@ -61,18 +65,21 @@ impl Tape {
                 if reached(&weight) {
                     // ∂weight = gᵀ·input (n×k)
                     let spec = product(n, k, m, true, false);
-                    let grad = self.gemm(spec, &g, &input_value, n * k)?;
+                    let grad = self.gemm_for(weight, spec, &g, &input_value, n * k, sinks)?;
                     out.push((weight, Grad::Device(grad)));
                 }
                 if let Some(bias) = bias.filter(reached) {
-                    let sums = self.reserve(n)?;
+                    let (sums, sink) = self.output_for(bias, n, sinks)?;
                     let (rows, cols) = (m as u64, n as u64);
-                    self.launch(KernelLaunch::column_sum(
+                    let token = self.launch(KernelLaunch::column_sum(
                         g.whole(),
                         rows,
                         cols,
                         sums.whole(),
                     ))?;
+                    if sink {
+                        sinks.wrote(bias, token);
+                    }
                     out.push((bias, Grad::Device(sums)));
                 }
                 if reached(&input) {
@@ -147,6 +154,40 @@ impl Tape {
 
     fn value_and_shape(&self, index: VarIndex) -> (Buffer, Vec<usize>) {
         self.with_node(index, |node| (node.value.clone(), node.shape.clone()))
+    }
+
+    /// The gradient of `input` (`len` elements), `op(a)·op(b)` as `spec`
+    /// says, in `input`'s sink if it has one, else in a new buffer.
+    fn gemm_for(
+        &self,
+        input: VarIndex,
+        spec: GemmSpec,
+        a: &Buffer,
+        b: &Buffer,
+        len: usize,
+        sinks: &mut Sinks,
+    ) -> Result<Buffer, AutodiffError> {
+        let (out, sink) = self.output_for(input, len, sinks)?;
+        let launch = KernelLaunch::gemm(spec, a.whole(), b.whole(), None, out.whole());
+        let token = self.launch(launch)?;
+        if sink {
+            sinks.wrote(input, token);
+        }
+        Ok(out)
+    }
+
+    /// Where `input`'s gradient of `len` elements goes: its sink (and
+    /// `true`), or a new buffer.
+    fn output_for(
+        &self,
+        input: VarIndex,
+        len: usize,
+        sinks: &mut Sinks,
+    ) -> Result<(Buffer, bool), AutodiffError> {
+        match sinks.take(input, len) {
+            Some(sink) => Ok((sink, true)),
+            None => Ok((self.reserve(len)?, false)),
+        }
     }
 
     /// A new buffer holding `op(a)·op(b)` as `spec` says (`len` elements).

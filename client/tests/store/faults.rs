@@ -113,7 +113,8 @@ fn a_trap_in_the_middle_of_a_step_leaves_the_store_refusing_every_call() {
 fn a_trap_while_backward_stages_gradients_poisons_the_store_on_its_next_call() {
     let model = model(0x7B);
     let per_step = tape_launches_per_step(&model);
-    // The last launch of the first backward is a staging copy.
+    // The last launch of the first backward writes a gradient into staging
+    // (the first layer's bias sums).
     let client = trapping_at(per_step);
     let mut store = store(&client, &model);
     let (_, stepped) = train(&client, &mut store, &model);

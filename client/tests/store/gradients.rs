@@ -1,11 +1,13 @@
-//! Gradients through the store: backward stages them under a serial, a
-//! step takes the latest without an upload, host-made gradients are
-//! accepted, a missing one is named, and the readers' windows and answers.
+//! Gradients through the store: backward stages them under a serial (a
+//! parameter used once written there by its kernel, a sum copied), a step
+//! takes the latest without an upload, host-made gradients are accepted, a
+//! missing one is named, and the readers' windows and answers.
 
-use cistern_client::{AutodiffError, BackendError, Gradients, Tape, Tensor};
+use cistern_client::{AutodiffError, BackendError, DeviceParamStore, Gradients, Tape, Tensor};
 use cistern_optim::SgdConfig;
+use cistern_runtime::{Activation, Kernel};
 
-use super::common::{flat32, loss, model, ok, open, store, with_gradients};
+use super::common::{Model, flat32, loss, model, ok, open, random, store, with_gradients};
 
 #[test]
 fn plain_tape_backward_on_a_graph_with_resident_linears_is_invalid_argument() {
@@ -201,4 +203,109 @@ fn a_resident_parameter_is_not_readable_through_the_tape() {
         leaves[0].var().to_host(),
         Err(AutodiffError::InvalidArgument(_))
     ));
+}
+
+/// The gradients of `model`'s loss on a plain tape, its parameters
+/// uploaded as tracked leaves: the reference for the store's.
+fn plain_gradients(client: &cistern_client::ComputeClient, model: &Model) -> Vec<Tensor<f32>> {
+    let tape = Tape::new(client);
+    let vars: Vec<_> = model
+        .params
+        .iter()
+        .map(|param| ok(tape.var(param), "a tracked leaf"))
+        .collect();
+    let x = ok(tape.upload(&model.x), "x");
+    let y = ok(tape.upload(&model.y), "y");
+    let h = ok(
+        tape.linear(&x, &vars[0], Some(&vars[1]), Activation::Tanh),
+        "layer 1",
+    );
+    let pred = ok(
+        tape.linear(&h, &vars[2], Some(&vars[3]), Activation::Identity),
+        "layer 2",
+    );
+    let loss = ok(tape.mse_loss(&pred, &y), "loss");
+    let gradients = ok(tape.backward(&loss), "backward");
+    vars.iter()
+        .map(|var| ok(gradients.to_host(var), "gradient").expect("every leaf is reached"))
+        .collect()
+}
+
+#[test]
+fn a_parameter_used_once_gets_its_gradient_from_its_kernel_with_no_copy() {
+    let client = open();
+    let model = model(20);
+    let mut store = store(&client, &model);
+    let tape = Tape::new(&client);
+    let leaves = ok(store.register_resident_params(&tape), "register");
+    let loss = ok(loss(&store, &tape, &leaves, &model), "forward");
+    let forward = tape.launches().len();
+    ok(store.backward(&tape, &loss), "backward");
+    let copies = tape.launches()[forward..]
+        .iter()
+        .filter(|launch| matches!(launch.kernel, Kernel::Identity | Kernel::Copy))
+        .count();
+    assert_eq!(
+        copies, 0,
+        "the weights' and biases' gradients are not copied"
+    );
+    let staged: Vec<Tensor<f32>> = ok(store.resident_grads_to_host(), "staged")
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(staged, plain_gradients(&client, &model));
+}
+
+#[test]
+fn a_parameter_used_twice_gets_the_sum_of_its_gradients_copied_into_staging() {
+    let client = open();
+    let mut rng = cistern_memory::SplitMix64::new(21);
+    // pred = tanh(x·Wᵀ + b)·Wᵀ + b: W and b each have two uses.
+    let (w, b) = (random(&mut rng, &[4, 4]), random(&mut rng, &[4]));
+    let (x, y) = (random(&mut rng, &[8, 4]), random(&mut rng, &[8, 4]));
+    let setup = Tape::new(&client);
+    let mut store = ok(DeviceParamStore::new(&setup, &[&w, &b]), "the store");
+    let tape = Tape::new(&client);
+    let leaves = ok(store.register_resident_params(&tape), "register");
+    let input = ok(tape.upload(&x), "x");
+    let target = ok(tape.upload(&y), "y");
+    let (weight, bias) = (&leaves[0], &leaves[1]);
+    let h =
+        store.linear_forward_with_activation(&tape, &input, weight, Some(bias), Activation::Tanh);
+    let h = ok(h, "layer 1");
+    let pred = ok(
+        store.linear_forward(&tape, &h, weight, Some(bias)),
+        "layer 2",
+    );
+    let loss = ok(tape.mse_loss(&pred, &target), "loss");
+    let copied = tape.launches().len();
+    ok(store.backward(&tape, &loss), "backward");
+    let copies = tape.launches()[copied..]
+        .iter()
+        .filter(|launch| matches!(launch.kernel, Kernel::Identity))
+        .count();
+    assert_eq!(copies, 2, "each sum is copied");
+    let staged: Vec<Tensor<f32>> = ok(store.resident_grads_to_host(), "staged")
+        .into_iter()
+        .flatten()
+        .collect();
+    let plain = Tape::new(&client);
+    let (pw, pb) = (ok(plain.var(&w), "w"), ok(plain.var(&b), "b"));
+    let input = ok(plain.upload(&x), "x");
+    let target = ok(plain.upload(&y), "y");
+    let h = ok(
+        plain.linear(&input, &pw, Some(&pb), Activation::Tanh),
+        "layer 1",
+    );
+    let pred = ok(
+        plain.linear(&h, &pw, Some(&pb), Activation::Identity),
+        "layer 2",
+    );
+    let loss = ok(plain.mse_loss(&pred, &target), "loss");
+    let gradients = ok(plain.backward(&loss), "backward");
+    let reference: Vec<Tensor<f32>> = [&pw, &pb]
+        .iter()
+        .map(|var| ok(gradients.to_host(var), "gradient").expect("reached"))
+        .collect();
+    assert_eq!(staged, reference);
 }
