@@ -9,7 +9,8 @@
 //! gradients with B transposed). The direct reference is one call of the
 //! kernel [`GemmKernel::chosen_for`] picks, on the same row-major host
 //! matrices; the alternative kernel, forced through `gemm_with`, shows what
-//! the choice is worth. Samples of the three alternate so all see the same load; each
+//! the choice is worth. Samples of the three alternate so all see the same load, each
+//! going first in turn; each
 //! server sample is a launch followed by a wait on its token.
 //!
 //! With `--device` other than the CPU (`wgpu:0`, `cuda:0`) the same lines
@@ -169,10 +170,17 @@ fn measure(
     let (mut server_samples, mut direct_samples, mut other_samples) = (vec![], vec![], vec![]);
     let mut cublas_samples = vec![];
     let device_ns_before = kernel_device_ns(client)?;
-    for _ in 0..samples {
-        server_samples.push(served()?);
-        direct_samples.push(host(&mut direct)?);
-        other_samples.push(host(&mut forced)?);
+    for round in 0..samples {
+        // The three take turns going first: a product that follows another
+        // kernel's measured up to 10% slower at the 2–4 ms shapes, so a fixed
+        // order would charge that to the same one every round.
+        for turn in 0..3 {
+            match (round + turn) % 3 {
+                0 => server_samples.push(served()?),
+                1 => direct_samples.push(host(&mut direct)?),
+                _ => other_samples.push(host(&mut forced)?),
+            }
+        }
         cublas_samples.push(on_device()?);
     }
     let device_ns = kernel_device_ns(client)?
