@@ -60,6 +60,7 @@ conformance_tests! {
     kernels_bindings::a_bad_launch_in_a_batch_stops_all_of_it_before_it_runs,
     kernels_bindings::a_mean_over_no_elements_is_refused_before_it_runs,
     optim::every_optimizer_option_matches_the_reference_through_the_server,
+    optim::every_streaming_step_matches_the_reference_on_and_off_a_16_byte_boundary,
     optim::buffers_large_enough_to_run_in_parallel_match_the_reference,
     optim::many_small_segments_match_the_reference,
     optim::optimizer_state_is_allocated_and_initialised_per_its_layout,

@@ -1,6 +1,7 @@
 //! The WGSL sources of the kernels, for GPU backends: each module is the
 //! shared prelude ([`PRELUDE`]), its buffer bindings ([`BINDINGS`], or
-//! [`BINDINGS_VEC4`] for a vec4 module), then one of the family sources.
+//! [`BINDINGS_VEC4`] / [`BINDINGS_VEC4_STEP`] for a vec4 module), then one
+//! of the family sources.
 //! What each entry point computes matches the CPU function of the same
 //! name in this crate.
 
@@ -8,14 +9,22 @@
 pub const PRELUDE: &str = include_str!("wgsl/common.wgsl");
 /// The buffer bindings of a scalar module: arrays of `f32`.
 pub const BINDINGS: &str = include_str!("wgsl/bindings.wgsl");
-/// The buffer bindings of a vec4 module: the streamed buffers as arrays of
-/// `vec4<f32>`, binding 3 (a flag or a counted step's constants) as `f32`s.
+/// The buffer bindings of a vec4 module: every buffer an array of `vec4<f32>`.
 pub const BINDINGS_VEC4: &str = include_str!("wgsl/bindings_vec4.wgsl");
+/// The buffer bindings of the vec4 optimizer steps: the streamed buffers as
+/// arrays of `vec4<f32>`, binding 3 (a flag or a counted step's constants)
+/// as `f32`s.
+pub const BINDINGS_VEC4_STEP: &str = include_str!("wgsl/bindings_vec4_step.wgsl");
 /// What every optimizer step reads from binding 3: `skipped`, `per_step`.
 pub const STEP: &str = include_str!("wgsl/step.wgsl");
-/// `fill`, `scale`, `axpy`, `binary` (add, mul, MSE backward), `amp_unscale`.
+/// `fill`, `scale`, `axpy`, `binary` (add, mul, MSE backward), `amp_unscale`,
+/// and the activations' `forward` and `backward` (needs [`ACTIVATION`]).
 pub const ELEMENTWISE: &str = include_str!("wgsl/elementwise.wgsl");
-/// The activation functions and their `forward` and `backward` entry points.
+/// `fill`, `scale`, `axpy`, `binary`, `forward` and `backward` over `vec4`s,
+/// for runs whose bindings allow it (needs [`ACTIVATION`] and
+/// [`BINDINGS_VEC4`]).
+pub const ELEMENTWISE_VEC4: &str = include_str!("wgsl/elementwise_vec4.wgsl");
+/// The activation functions, `activate` and `gradient`.
 pub const ACTIVATION: &str = include_str!("wgsl/activation.wgsl");
 /// `gemm`, tiled, with the bias + activation epilogue (needs [`ACTIVATION`]).
 pub const GEMM: &str = include_str!("wgsl/gemm.wgsl");
@@ -25,8 +34,8 @@ pub const REDUCE: &str = include_str!("wgsl/reduce.wgsl");
 /// a counted step (after [`AMP`]'s `step_count`), and LAMB's passes (needs
 /// [`STEP`]).
 pub const OPTIMIZER: &str = include_str!("wgsl/optimizer.wgsl");
-/// `adam` (and AdamW) over `vec4`s, for runs whose bindings allow it (needs
-/// [`STEP`] and [`BINDINGS_VEC4`]).
+/// `sgd`, `adam` (and AdamW), `rmsprop` and `adagrad` over `vec4`s, for
+/// runs whose bindings allow it (needs [`STEP`] and [`BINDINGS_VEC4_STEP`]).
 pub const OPTIMIZER_VEC4: &str = include_str!("wgsl/optimizer_vec4.wgsl");
 /// AMP on device words: `amp_unscale_by_device_scale`, `amp_update_scale`
 /// and `step_count` (the first dispatch of a counted optimizer step).

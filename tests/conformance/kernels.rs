@@ -34,44 +34,58 @@ fn host<T>(result: Result<T, kernels::KernelError>) -> T {
 
 pub fn elementwise_kernels_match_the_cpu_kernels(device: Device) {
     let client = open(device);
-    let mut rng = SplitMix64::new(1);
-    // Long enough for the kernels' parallel path, odd to leave a tail.
-    let n = 70_001;
-    let (a, b) = (rng.symmetric_f32s(n), rng.symmetric_f32s(n));
-    let (da, db, out) = (upload(&client, &a), upload(&client, &b), zeros(&client, n));
+    // Long enough for the kernels' parallel path, 4k + 3 to leave a tail
+    // after a vec4 bulk; from element 0 (whole vec4s where a device has
+    // them) and from element 1 (off a 16-byte boundary).
+    for first in [0, 1] {
+        elementwise_kernels_from(&client, first, 70_003);
+    }
+}
 
-    run(&client, KernelLaunch::fill(out.whole(), 3.5));
-    assert_eq!(download(&client, &out), vec![3.5; n]);
-    run(&client, KernelLaunch::identity(da.whole(), out.whole()));
-    assert_eq!(download(&client, &out), a);
-    run(&client, KernelLaunch::copy(db.whole(), out.whole()));
-    assert_eq!(download(&client, &out), b);
+/// The element-wise kernels over elements `first..first + n` of buffers of
+/// `first + n`, checked there; the elements before stay as they were.
+fn elementwise_kernels_from(client: &ComputeClient, first: usize, n: usize) {
+    let mut rng = SplitMix64::new(1 + first as u64);
+    let (a, b) = (rng.symmetric_f32s(first + n), rng.symmetric_f32s(first + n));
+    let (da, db, out) = (
+        upload(client, &a),
+        upload(client, &b),
+        zeros(client, first + n),
+    );
+    let part = |buffer: &Buffer| buffer.range(4 * first as u64, 4 * n as u64);
+    let (a_part, b_part) = (&a[first..], &b[first..]);
+    let check = |buffer: &Buffer, before: &[f32], want: &[f32], what: &str| {
+        let got = download(client, buffer);
+        assert_eq!(&got[..first], &before[..first], "{what}: before the range");
+        assert_close(&got[first..], want, &format!("{what} from {first}"));
+    };
 
-    let mut want = a.clone();
+    run(client, KernelLaunch::fill(part(&out), 3.5));
+    check(&out, &vec![0.0; first], &vec![3.5; n], "fill");
+    run(client, KernelLaunch::identity(da.whole(), out.whole()));
+    assert_eq!(download(client, &out), a);
+    run(client, KernelLaunch::copy(db.whole(), out.whole()));
+    assert_eq!(download(client, &out), b);
+
+    let mut want = a_part.to_vec();
     kernels::scale(&mut want, -0.75);
-    let x = upload(&client, &a);
-    run(&client, KernelLaunch::scale(x.whole(), -0.75));
-    assert_close(&download(&client, &x), &want, "scale");
+    let x = upload(client, &a);
+    run(client, KernelLaunch::scale(part(&x), -0.75));
+    check(&x, &a, &want, "scale");
 
-    let mut want = a.clone();
-    host(kernels::axpy(&mut want, 0.3, &b));
-    let x = upload(&client, &a);
-    run(&client, KernelLaunch::axpy(x.whole(), 0.3, db.whole()));
-    assert_close(&download(&client, &x), &want, "axpy");
+    let mut want = a_part.to_vec();
+    host(kernels::axpy(&mut want, 0.3, b_part));
+    let x = upload(client, &a);
+    run(client, KernelLaunch::axpy(part(&x), 0.3, part(&db)));
+    check(&x, &a, &want, "axpy");
 
     let mut want = vec![0.0; n];
-    host(kernels::add(&a, &b, &mut want));
-    run(
-        &client,
-        KernelLaunch::add(da.whole(), db.whole(), out.whole()),
-    );
-    assert_close(&download(&client, &out), &want, "add");
-    host(kernels::mul(&a, &b, &mut want));
-    run(
-        &client,
-        KernelLaunch::mul(da.whole(), db.whole(), out.whole()),
-    );
-    assert_close(&download(&client, &out), &want, "mul");
+    host(kernels::add(a_part, b_part, &mut want));
+    run(client, KernelLaunch::add(part(&da), part(&db), part(&out)));
+    check(&out, &b, &want, "add");
+    host(kernels::mul(a_part, b_part, &mut want));
+    run(client, KernelLaunch::mul(part(&da), part(&db), part(&out)));
+    check(&out, &b, &want, "mul");
 }
 
 pub fn a_kernel_over_a_sub_range_changes_only_that_range(device: Device) {
@@ -85,11 +99,23 @@ pub fn a_kernel_over_a_sub_range_changes_only_that_range(device: Device) {
 
 pub fn every_activation_forward_and_backward_matches_the_cpu_kernels(device: Device) {
     let client = open(device);
+    // 4k + 3 elements, from element 0 (whole vec4s and a tail where a
+    // device has them) and from element 1 (off a 16-byte boundary).
+    for first in [0, 1] {
+        activations_from(&client, device, first, 1003);
+    }
+}
+
+/// Every activation over elements `first..first + n` of buffers of `first + n`.
+fn activations_from(client: &ComputeClient, device: Device, first: usize, n: usize) {
     let mut rng = SplitMix64::new(2);
-    let n = 1000;
     let x: Vec<f32> = rng.symmetric_f32s(n).iter().map(|v| 4.0 * v).collect();
     let g = rng.symmetric_f32s(n);
-    let (dx, dg, out) = (upload(&client, &x), upload(&client, &g), zeros(&client, n));
+    let padded = |values: &[f32]| [vec![0.0; first], values.to_vec()].concat();
+    let (dx, dg) = (upload(client, &padded(&x)), upload(client, &padded(&g)));
+    let out = zeros(client, first + n);
+    let part = |buffer: &Buffer| buffer.range(4 * first as u64, 4 * n as u64);
+    let result = || download(client, &out)[first..].to_vec();
     for activation in [
         Activation::Identity,
         Activation::Relu,
@@ -104,17 +130,17 @@ pub fn every_activation_forward_and_backward_matches_the_cpu_kernels(device: Dev
         let mut want = vec![0.0; n];
         host(kernels::activation_forward(activation, &x, &mut want));
         run(
-            &client,
-            KernelLaunch::activation_forward(activation, dx.whole(), out.whole()),
+            client,
+            KernelLaunch::activation_forward(activation, part(&dx), part(&out)),
         );
-        assert_close(&download(&client, &out), &want, &format!("{activation:?}"));
+        assert_close(&result(), &want, &format!("{activation:?} from {first}"));
         host(kernels::activation_backward(activation, &x, &g, &mut want));
         let launch =
-            KernelLaunch::activation_backward(activation, dx.whole(), dg.whole(), out.whole());
-        run(&client, launch);
+            KernelLaunch::activation_backward(activation, part(&dx), part(&dg), part(&out));
+        run(client, launch);
         let tolerance = cancelling_tolerance(device);
-        let what = format!("{activation:?}'");
-        assert_within(&download(&client, &out), &want, tolerance, &what);
+        let what = format!("{activation:?}' from {first}");
+        assert_within(&result(), &want, tolerance, &what);
     }
 }
 

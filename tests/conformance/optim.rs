@@ -201,6 +201,27 @@ pub fn every_optimizer_option_matches_the_reference_through_the_server(device: D
     }
 }
 
+pub fn every_streaming_step_matches_the_reference_on_and_off_a_16_byte_boundary(device: Device) {
+    let client = open(device);
+    // One run of 4k + 3 from element 0 (a vec4 bulk and a scalar tail where
+    // a device has vec4 steps) and one from element 1 (off a 16-byte
+    // boundary: element by element).
+    let len = 4 * 300 + 3;
+    for first in [0, 1] {
+        let segments = [Segment::new(first, len)];
+        let streaming = every_option()
+            .into_iter()
+            .filter(|config| !matches!(config, OptimizerConfig::Lamb(_)));
+        for config in streaming {
+            let error = compare(&client, &config, &segments, first + len, 9);
+            assert!(
+                error <= TOLERANCE,
+                "{config:?} from {first}: max relative error {error:e}"
+            );
+        }
+    }
+}
+
 pub fn buffers_large_enough_to_run_in_parallel_match_the_reference(device: Device) {
     let client = open(device);
     let (segments, n) = segments(&[40_000, 1, 17_001], 5);

@@ -1,5 +1,6 @@
-// Activations, forward and backward, as `cistern-kernels`' CPU versions.
-// op: 0 identity, 1 relu, 2 leaky relu (slope f[0]), 3 exact gelu,
+// Activations, forward and backward, as `cistern-kernels`' CPU versions
+// (their entry points are in elementwise.wgsl and elementwise_vec4.wgsl).
+// code: 0 identity, 1 relu, 2 leaky relu (slope f[0]), 3 exact gelu,
 // 4 tanh gelu, 5 tanh, 6 sigmoid.
 
 const SQRT_2_OVER_PI: f32 = 0.7978846;
@@ -83,20 +84,4 @@ fn gradient(code: u32, slope: f32, x: f32, g: f32) -> f32 {
             return g * s * (1.0 - s);
         }
     }
-}
-
-@compute @workgroup_size(256)
-fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-           @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = linear(wid, lid, groups);
-    if (i >= count()) { return; }
-    b2[base(2u) + i] = activate(op(), pf(0u), b1[base(1u) + i]);
-}
-
-@compute @workgroup_size(256)
-fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-            @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = linear(wid, lid, groups);
-    if (i >= count()) { return; }
-    b3[base(3u) + i] = gradient(op(), pf(0u), b1[base(1u) + i], b2[base(2u) + i]);
 }

@@ -1,6 +1,8 @@
 // Elementwise kernels over `count()` elements: fill, scale, axpy, add, mul,
-// mse_loss_backward, amp_unscale (f[0] is the kernel's scalar). Each
-// invocation handles PER_INVOCATION elements (see `streaming`).
+// mse_loss_backward, amp_unscale (f[0] is the kernel's scalar), each
+// invocation PER_INVOCATION elements (see `streaming`); the activations'
+// forward and backward (op the activation's code, f[0] its slope; needs
+// activation.wgsl), an element each.
 
 @compute @workgroup_size(256)
 fn fill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
@@ -84,4 +86,20 @@ fn amp_unscale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
         if (!is_finite(g)) { b2[base(2u)] = 1.0; }
         b1[at] = g * factor;
     }
+}
+
+@compute @workgroup_size(256)
+fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+           @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = linear(wid, lid, groups);
+    if (i >= count()) { return; }
+    b2[base(2u) + i] = activate(op(), pf(0u), b1[base(1u) + i]);
+}
+
+@compute @workgroup_size(256)
+fn backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+            @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = linear(wid, lid, groups);
+    if (i >= count()) { return; }
+    b3[base(3u) + i] = gradient(op(), pf(0u), b1[base(1u) + i], b2[base(2u) + i]);
 }

@@ -161,15 +161,51 @@ impl GpuContext {
         let chunk = self.chunk_elements();
         let mut dispatches = Vec::new();
         let mut first = 0;
-        while first < n {
-            let elements = chunk.min(n - first);
+        let windows_of = |from: u64, count: u64| -> Result<Vec<Window>, ServerError> {
             let mut windows: Vec<Window> = chunked
                 .iter()
-                .map(|slice| self.window(&slice.part(4 * first, 4 * elements)))
+                .map(|slice| self.window(&slice.part(4 * from, 4 * count)))
                 .collect::<Result<_, _>>()?;
             windows.extend(whole.iter().cloned());
-            dispatches.push(self.dispatch(entry, windows, None, params, elements)?);
+            Ok(windows)
+        };
+        while first < n {
+            let elements = chunk.min(n - first);
+            dispatches.extend(self.streamed(entry, params, first, elements, &windows_of)?);
             first += elements;
+        }
+        Ok(dispatches)
+    }
+
+    /// The dispatches of `entry` over `elements` from `first`, whose windows
+    /// `windows_of(first, count)` makes: the multiple-of-4 bulk through its
+    /// vec4 twin where it has one and every window the twin streams is
+    /// [`Window::vec4_aligned`], the rest (the tail, or all of it) scalar.
+    pub(super) fn streamed(
+        &self,
+        entry: Entry,
+        params: Params,
+        first: u64,
+        elements: u64,
+        windows_of: &dyn Fn(u64, u64) -> Result<Vec<Window>, ServerError>,
+    ) -> Result<Vec<Dispatch>, ServerError> {
+        let mut dispatches = Vec::with_capacity(2);
+        let mut scalar_from = 0;
+        let bulk = elements & !3;
+        if let Some(twin) = entry.vec4().filter(|_| bulk > 0) {
+            let windows = windows_of(first, bulk)?;
+            let aligned = (1..)
+                .zip(&windows)
+                .all(|(binding, window)| twin.module.binds_f32s(binding) || window.vec4_aligned());
+            if aligned {
+                dispatches.push(self.dispatch(twin, windows, None, params, bulk)?);
+                scalar_from = bulk;
+            }
+        }
+        if scalar_from < elements {
+            let rest = elements - scalar_from;
+            let windows = windows_of(first + scalar_from, rest)?;
+            dispatches.push(self.dispatch(entry, windows, None, params, rest)?);
         }
         Ok(dispatches)
     }

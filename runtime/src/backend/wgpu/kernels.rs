@@ -56,8 +56,8 @@ const SCALE: Entry = streaming("scale", 1);
 const AXPY: Entry = streaming("axpy", 2);
 const BINARY: Entry = streaming("binary", 3);
 const AMP_UNSCALE: Entry = streaming("amp_unscale", 2);
-const FORWARD: Entry = entry(Module::Activation, "forward", 2);
-const BACKWARD: Entry = entry(Module::Activation, "backward", 3);
+const FORWARD: Entry = entry(Module::Elementwise, "forward", 2);
+const BACKWARD: Entry = entry(Module::Elementwise, "backward", 3);
 const COLUMN_SUM: Entry = entry(Module::Reduce, "column_sum", 2);
 const MSE_LOSS: Entry = entry(Module::Reduce, "mse_loss", 3);
 const SEGMENT_SUM: Entry = Entry {
@@ -216,4 +216,81 @@ impl GpuContext {
 /// `value` as a shader's u32, or an unsupported size.
 pub(super) fn u32_of(value: u64) -> Result<u32, ServerError> {
     u32::try_from(value).map_err(|_| unsupported(format!("a size of {value} in a shader")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `elements` f32s `offset` bytes into a fresh buffer.
+    fn slice(context: &GpuContext, offset: u64, elements: u64) -> GpuSlice {
+        let buffer = context.device.create_buffer(&::wgpu::BufferDescriptor {
+            label: None,
+            size: 1 << 16,
+            usage: ::wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        });
+        GpuSlice {
+            buffer,
+            offset,
+            size: 4 * elements,
+        }
+    }
+
+    /// Each dispatch's module and element count.
+    fn shape(dispatches: &[Dispatch]) -> Vec<(Module, u32)> {
+        (dispatches.iter())
+            .map(|dispatch| (dispatch.entry.module, dispatch.params.u[0]))
+            .collect()
+    }
+
+    #[test]
+    fn aligned_windows_stream_their_bulk_as_vec4s_and_the_tail_element_by_element() {
+        let Some(context) = GpuContext::for_tests() else {
+            return;
+        };
+        let n = 4 * 100 + 3;
+        let (a, b, c) = (
+            slice(&context, 0, n),
+            slice(&context, 256, n),
+            slice(&context, 512, n),
+        );
+        for (entry, chunked) in [
+            (FILL, vec![&a]),
+            (AXPY, vec![&a, &b]),
+            (BINARY, vec![&a, &b, &c]),
+        ] {
+            let got = context.elementwise(entry, &chunked, &[], n, Params::default());
+            let got = got.map(|dispatches| shape(&dispatches));
+            let want = vec![(Module::ElementwiseVec4, 400), (Module::Elementwise, 3)];
+            assert_eq!(got.ok(), Some(want), "{}", entry.name);
+        }
+    }
+
+    #[test]
+    fn a_window_off_a_16_byte_boundary_runs_element_by_element() {
+        let Some(context) = GpuContext::for_tests() else {
+            return;
+        };
+        let n = 4 * 100;
+        let (a, b) = (slice(&context, 0, n), slice(&context, 260, n));
+        let got = context.elementwise(AXPY, &[&a, &b], &[], n, Params::default());
+        let got = got.map(|dispatches| shape(&dispatches));
+        assert_eq!(got.ok(), Some(vec![(Module::Elementwise, 400)]));
+    }
+
+    #[test]
+    fn an_entry_without_a_vec4_twin_runs_element_by_element() {
+        let Some(context) = GpuContext::for_tests() else {
+            return;
+        };
+        let n = 4 * 100;
+        let (grads, flag) = (slice(&context, 0, n), slice(&context, 1024, 1));
+        let Ok(flag) = context.window(&flag) else {
+            panic!("a one-element window");
+        };
+        let got = context.elementwise(AMP_UNSCALE, &[&grads], &[flag], n, Params::default());
+        let got = got.map(|dispatches| shape(&dispatches));
+        assert_eq!(got.ok(), Some(vec![(Module::Elementwise, 400)]));
+    }
 }

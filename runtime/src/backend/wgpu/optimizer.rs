@@ -25,16 +25,6 @@ const fn step_entry(name: &'static str) -> Entry {
 
 const ADAM: Entry = step_entry("adam");
 
-/// Adam (and AdamW) over `vec4`s, for runs whose every streamed window
-/// allows it (`Window::vec4_aligned`); four elements a `vec4`.
-const ADAM_VEC4: Entry = Entry {
-    module: Module::OptimizerVec4,
-    name: "adam",
-    buffers: 6,
-    table: false,
-    per_invocation: 4 * PER_INVOCATION,
-};
-
 /// The entry point, op flags, floats and state slots (binding index of
 /// each state buffer in layout order, from 3) of one step.
 struct Step {
@@ -249,46 +239,11 @@ impl GpuContext {
             while done < len {
                 let elements = chunk.min(len - done);
                 let chunk_dispatches = self
-                    .chunk_dispatches(step.entry, params_value, done, elements, &windows_of)
+                    .streamed(step.entry, params_value, done, elements, &windows_of)
                     .map_err(LaunchError::Refused)?;
                 dispatches.extend(chunk_dispatches);
                 done += elements;
             }
-        }
-        Ok(dispatches)
-    }
-}
-
-impl GpuContext {
-    /// The dispatches of `elements` from `first` of one step's run, whose
-    /// windows `windows_of(first, count)` makes: Adam's bulk over vec4s
-    /// where every streamed window allows it, the rest (its tail, or all of
-    /// it) scalar.
-    fn chunk_dispatches(
-        &self,
-        entry: Entry,
-        params: Params,
-        first: u64,
-        elements: u64,
-        windows_of: &dyn Fn(u64, u64) -> Result<Vec<Window>, ServerError>,
-    ) -> Result<Vec<Dispatch>, ServerError> {
-        let mut dispatches = Vec::with_capacity(2);
-        let mut scalar_from = 0;
-        let bulk = elements & !3;
-        if entry == ADAM && bulk > 0 {
-            let windows = windows_of(first, bulk)?;
-            // Binding 3 (the flag, or a counted step's constants) stays scalar.
-            let aligned = (windows.iter().enumerate())
-                .all(|(index, window)| index == 2 || window.vec4_aligned());
-            if aligned {
-                dispatches.push(self.dispatch(ADAM_VEC4, windows, None, params, bulk)?);
-                scalar_from = bulk;
-            }
-        }
-        if scalar_from < elements {
-            let rest = elements - scalar_from;
-            let windows = windows_of(first + scalar_from, rest)?;
-            dispatches.push(self.dispatch(entry, windows, None, params, rest)?);
         }
         Ok(dispatches)
     }

@@ -13,11 +13,12 @@ use crate::sync::Mutex;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Module {
     Elementwise,
-    Activation,
+    /// `fill`, `scale`, `axpy`, `binary` and the activations over `vec4`s.
+    ElementwiseVec4,
     Gemm,
     Reduce,
     Optimizer,
-    /// Adam over `vec4`s, with the vec4 bindings.
+    /// SGD, Adam, RMSprop and Adagrad over `vec4`s.
     OptimizerVec4,
     Amp,
     Strided,
@@ -26,8 +27,8 @@ pub(super) enum Module {
 impl Module {
     fn source(self) -> String {
         let parts: &[&str] = match self {
-            Module::Elementwise => &[wgsl::ELEMENTWISE],
-            Module::Activation => &[wgsl::ACTIVATION],
+            Module::Elementwise => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE],
+            Module::ElementwiseVec4 => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE_VEC4],
             Module::Gemm => &[wgsl::ACTIVATION, wgsl::GEMM],
             Module::Reduce => &[wgsl::REDUCE],
             Module::Optimizer => &[wgsl::STEP, wgsl::OPTIMIZER],
@@ -36,13 +37,40 @@ impl Module {
             Module::Strided => &[wgsl::STRIDED],
         };
         let bindings = match self {
-            Module::OptimizerVec4 => wgsl::BINDINGS_VEC4,
+            Module::ElementwiseVec4 => wgsl::BINDINGS_VEC4,
+            Module::OptimizerVec4 => wgsl::BINDINGS_VEC4_STEP,
             _ => wgsl::BINDINGS,
         };
         [wgsl::PRELUDE, bindings]
             .into_iter()
             .chain(parts.iter().copied())
             .collect()
+    }
+
+    /// The module with this one's vec4 twins, and the entry points it has.
+    fn vec4(self) -> Option<(Module, &'static [&'static str])> {
+        match self {
+            Module::Elementwise => Some((
+                Module::ElementwiseVec4,
+                &["fill", "scale", "axpy", "binary", "forward", "backward"],
+            )),
+            Module::Optimizer => Some((
+                Module::OptimizerVec4,
+                &["sgd", "adam", "rmsprop", "adagrad"],
+            )),
+            _ => None,
+        }
+    }
+
+    /// Whether this module binds buffer `binding` as `f32`s: every binding
+    /// of a scalar module, binding 3 (a flag or a step's constants) of the
+    /// vec4 steps.
+    pub(super) fn binds_f32s(self, binding: u32) -> bool {
+        match self {
+            Module::ElementwiseVec4 => false,
+            Module::OptimizerVec4 => binding == 3,
+            _ => true,
+        }
     }
 }
 
@@ -57,6 +85,19 @@ pub(super) struct Entry {
     /// Elements one invocation handles: a 1D grid over `n` elements has
     /// `n / (WORKGROUP · per_invocation)` workgroups, rounded up.
     pub(super) per_invocation: u32,
+}
+
+impl Entry {
+    /// This entry over `vec4`s (same name and bindings, four elements an
+    /// item), where its module has that twin.
+    pub(super) fn vec4(self) -> Option<Entry> {
+        let (module, names) = self.module.vec4()?;
+        names.contains(&self.name).then_some(Entry {
+            module,
+            per_invocation: 4 * self.per_invocation,
+            ..self
+        })
+    }
 }
 
 /// The binding of the u32 table.
