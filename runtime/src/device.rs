@@ -89,30 +89,23 @@ pub struct AbsentBackend {
 /// Every backend kind with no device listed by [`list_devices`], with the
 /// reason; never panics.
 pub fn absent_backends() -> Vec<AbsentBackend> {
-    let absent = |backend: &str, reason: String| AbsentBackend {
-        backend: backend.to_string(),
-        reason,
-    };
-    let mut backends = Vec::new();
     #[cfg(feature = "wgpu")]
-    if let Some(reason) = crate::backend::wgpu::absence() {
-        backends.push(absent("wgpu", reason));
-    }
+    let wgpu = crate::backend::wgpu::absence();
     #[cfg(not(feature = "wgpu"))]
-    backends.push(absent(
-        "wgpu",
-        "built without the `wgpu` feature".to_string(),
-    ));
+    let wgpu = Some("built without the `wgpu` feature".to_string());
     #[cfg(feature = "cuda")]
-    if let Err(why) = crate::backend::cuda::devices() {
-        backends.push(absent("cuda", why.reason));
-    }
+    let cuda = crate::backend::cuda::devices().err().map(|why| why.reason);
     #[cfg(not(feature = "cuda"))]
-    backends.push(absent(
-        "cuda",
-        "built without the `cuda` feature".to_string(),
-    ));
-    backends
+    let cuda = Some("built without the `cuda` feature".to_string());
+    [("wgpu", wgpu), ("cuda", cuda)]
+        .into_iter()
+        .filter_map(|(backend, reason)| {
+            Some(AbsentBackend {
+                backend: backend.to_string(),
+                reason: reason?,
+            })
+        })
+        .collect()
 }
 
 /// How to open a device.
