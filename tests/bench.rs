@@ -2,24 +2,11 @@
 //! lines keep their fields and same-run references, and a device that is
 //! not here is a clear refusal, never a panic.
 
-use std::process::{Command, Output};
-
 use cistern::runtime::{Device, list_devices};
 use serde_json::Value;
 
-fn cistern(args: &[&str]) -> Output {
-    match Command::new(env!("CARGO_BIN_EXE_cistern"))
-        .args(args)
-        .output()
-    {
-        Ok(output) => output,
-        Err(error) => panic!("cannot run cistern: {error}"),
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod cli;
+use cli::{cistern, text};
 
 #[test]
 fn a_cuda_bench_without_cuda_fails_with_a_clear_message_and_no_panic() {

@@ -1,23 +1,12 @@
 //! End-to-end tests of `cistern stress`, through the built binary.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn cistern(args: &[&str]) -> Output {
-    match Command::new(env!("CARGO_BIN_EXE_cistern"))
-        .args(args)
-        .output()
-    {
-        Ok(output) => output,
-        Err(error) => panic!("cannot run cistern: {error}"),
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod cli;
+use cli::{cistern, text};
 
 /// Every stdout line as JSON; the last one must be the summary.
 fn json_lines(output: &Output) -> Vec<Value> {

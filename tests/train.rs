@@ -2,23 +2,12 @@
 //! built binary.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn cistern(args: &[&str]) -> Output {
-    match Command::new(env!("CARGO_BIN_EXE_cistern"))
-        .args(args)
-        .output()
-    {
-        Ok(output) => output,
-        Err(error) => panic!("cannot run cistern: {error}"),
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+mod cli;
+use cli::{cistern, text};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("cistern-train-{}", std::process::id()));

@@ -2,7 +2,7 @@
 //! kernels that make its reached inputs' contributions. Shapes were checked
 //! when the operation was recorded.
 
-use cistern_runtime::{Activation, GemmSpec, KernelLaunch};
+use cistern_runtime::{Activation, Binding, GemmSpec, KernelLaunch};
 
 use super::backward::Grad;
 use super::node::{Node, Op, VarIndex};
@@ -69,17 +69,10 @@ impl Tape {
                     out.push((weight, Grad::Device(grad)));
                 }
                 if let Some(bias) = bias.filter(reached) {
-                    let (sums, sink) = self.output_for(bias, n, sinks)?;
                     let (rows, cols) = (m as u64, n as u64);
-                    let token = self.launch(KernelLaunch::column_sum(
-                        g.whole(),
-                        rows,
-                        cols,
-                        sums.whole(),
-                    ))?;
-                    if sink {
-                        sinks.wrote(bias, token);
-                    }
+                    let sums = self.gradient_of(bias, n, sinks, |sums| {
+                        KernelLaunch::column_sum(g.whole(), rows, cols, sums)
+                    })?;
                     out.push((bias, Grad::Device(sums)));
                 }
                 if reached(&input) {
@@ -157,7 +150,7 @@ impl Tape {
     }
 
     /// The gradient of `input` (`len` elements), `op(a)·op(b)` as `spec`
-    /// says, in `input`'s sink if it has one, else in a new buffer.
+    /// says (see [`gradient_of`](Self::gradient_of)).
     fn gemm_for(
         &self,
         input: VarIndex,
@@ -167,27 +160,31 @@ impl Tape {
         len: usize,
         sinks: &mut Sinks,
     ) -> Result<Buffer, AutodiffError> {
-        let (out, sink) = self.output_for(input, len, sinks)?;
-        let launch = KernelLaunch::gemm(spec, a.whole(), b.whole(), None, out.whole());
-        let token = self.launch(launch)?;
-        if sink {
-            sinks.wrote(input, token);
-        }
-        Ok(out)
+        self.gradient_of(input, len, sinks, |out| {
+            KernelLaunch::gemm(spec, a.whole(), b.whole(), None, out)
+        })
     }
 
-    /// Where `input`'s gradient of `len` elements goes: its sink (and
-    /// `true`), or a new buffer.
-    fn output_for(
+    /// The gradient of `input` (`len` elements), which the launch `make`
+    /// builds around its output writes: into `input`'s sink if it has one
+    /// (recorded there with the launch's token), else into a new buffer.
+    fn gradient_of(
         &self,
         input: VarIndex,
         len: usize,
         sinks: &mut Sinks,
-    ) -> Result<(Buffer, bool), AutodiffError> {
-        match sinks.take(input, len) {
-            Some(sink) => Ok((sink, true)),
-            None => Ok((self.reserve(len)?, false)),
+        make: impl FnOnce(Binding) -> KernelLaunch,
+    ) -> Result<Buffer, AutodiffError> {
+        let sink = sinks.take(input, len);
+        let out = match &sink {
+            Some(sink) => sink.clone(),
+            None => self.reserve(len)?,
+        };
+        let token = self.launch(make(out.whole()))?;
+        if sink.is_some() {
+            sinks.wrote(input, token);
         }
+        Ok(out)
     }
 
     /// A new buffer holding `op(a)·op(b)` as `spec` says (`len` elements).

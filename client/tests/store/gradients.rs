@@ -205,29 +205,51 @@ fn a_resident_parameter_is_not_readable_through_the_tape() {
     ));
 }
 
-/// The gradients of `model`'s loss on a plain tape, its parameters
-/// uploaded as tracked leaves: the reference for the store's.
-fn plain_gradients(client: &cistern_client::ComputeClient, model: &Model) -> Vec<Tensor<f32>> {
+/// The gradients of `tanh(x·Wᵀ + b)` then `·Wᵀ + b` (with the parameter
+/// indices of `layers`) and an MSE loss on a plain tape, `model`'s
+/// parameters uploaded as tracked leaves: the reference for the store's.
+fn plain_gradients(
+    client: &cistern_client::ComputeClient,
+    model: &Model,
+    layers: [(usize, usize); 2],
+) -> Vec<Tensor<f32>> {
     let tape = Tape::new(client);
     let vars: Vec<_> = model
         .params
         .iter()
         .map(|param| ok(tape.var(param), "a tracked leaf"))
         .collect();
-    let x = ok(tape.upload(&model.x), "x");
+    let mut h = ok(tape.upload(&model.x), "x");
+    for ((weight, bias), activation) in layers
+        .into_iter()
+        .zip([Activation::Tanh, Activation::Identity])
+    {
+        h = ok(
+            tape.linear(&h, &vars[weight], Some(&vars[bias]), activation),
+            "a layer",
+        );
+    }
     let y = ok(tape.upload(&model.y), "y");
-    let h = ok(
-        tape.linear(&x, &vars[0], Some(&vars[1]), Activation::Tanh),
-        "layer 1",
-    );
-    let pred = ok(
-        tape.linear(&h, &vars[2], Some(&vars[3]), Activation::Identity),
-        "layer 2",
-    );
-    let loss = ok(tape.mse_loss(&pred, &y), "loss");
+    let loss = ok(tape.mse_loss(&h, &y), "loss");
     let gradients = ok(tape.backward(&loss), "backward");
     vars.iter()
         .map(|var| ok(gradients.to_host(var), "gradient").expect("every leaf is reached"))
+        .collect()
+}
+
+/// The copies among `tape`'s launches from the `from`th on.
+fn copies_since(tape: &Tape, from: usize) -> usize {
+    tape.launches()[from..]
+        .iter()
+        .filter(|launch| matches!(launch.kernel, Kernel::Identity | Kernel::Copy))
+        .count()
+}
+
+/// Every staged gradient, in slot order.
+fn staged(store: &DeviceParamStore) -> Vec<Tensor<f32>> {
+    ok(store.resident_grads_to_host(), "staged")
+        .into_iter()
+        .flatten()
         .collect()
 }
 
@@ -241,19 +263,15 @@ fn a_parameter_used_once_gets_its_gradient_from_its_kernel_with_no_copy() {
     let loss = ok(loss(&store, &tape, &leaves, &model), "forward");
     let forward = tape.launches().len();
     ok(store.backward(&tape, &loss), "backward");
-    let copies = tape.launches()[forward..]
-        .iter()
-        .filter(|launch| matches!(launch.kernel, Kernel::Identity | Kernel::Copy))
-        .count();
     assert_eq!(
-        copies, 0,
+        copies_since(&tape, forward),
+        0,
         "the weights' and biases' gradients are not copied"
     );
-    let staged: Vec<Tensor<f32>> = ok(store.resident_grads_to_host(), "staged")
-        .into_iter()
-        .flatten()
-        .collect();
-    assert_eq!(staged, plain_gradients(&client, &model));
+    assert_eq!(
+        staged(&store),
+        plain_gradients(&client, &model, [(0, 1), (2, 3)])
+    );
 }
 
 #[test]
@@ -261,14 +279,16 @@ fn a_parameter_used_twice_gets_the_sum_of_its_gradients_copied_into_staging() {
     let client = open();
     let mut rng = cistern_memory::SplitMix64::new(21);
     // pred = tanh(x·Wᵀ + b)·Wᵀ + b: W and b each have two uses.
-    let (w, b) = (random(&mut rng, &[4, 4]), random(&mut rng, &[4]));
-    let (x, y) = (random(&mut rng, &[8, 4]), random(&mut rng, &[8, 4]));
-    let setup = Tape::new(&client);
-    let mut store = ok(DeviceParamStore::new(&setup, &[&w, &b]), "the store");
+    let model = Model {
+        x: random(&mut rng, &[8, 4]),
+        y: random(&mut rng, &[8, 4]),
+        params: vec![random(&mut rng, &[4, 4]), random(&mut rng, &[4])],
+    };
+    let mut store = store(&client, &model);
     let tape = Tape::new(&client);
     let leaves = ok(store.register_resident_params(&tape), "register");
-    let input = ok(tape.upload(&x), "x");
-    let target = ok(tape.upload(&y), "y");
+    let input = ok(tape.upload(&model.x), "x");
+    let target = ok(tape.upload(&model.y), "y");
     let (weight, bias) = (&leaves[0], &leaves[1]);
     let h =
         store.linear_forward_with_activation(&tape, &input, weight, Some(bias), Activation::Tanh);
@@ -278,34 +298,11 @@ fn a_parameter_used_twice_gets_the_sum_of_its_gradients_copied_into_staging() {
         "layer 2",
     );
     let loss = ok(tape.mse_loss(&pred, &target), "loss");
-    let copied = tape.launches().len();
+    let forward = tape.launches().len();
     ok(store.backward(&tape, &loss), "backward");
-    let copies = tape.launches()[copied..]
-        .iter()
-        .filter(|launch| matches!(launch.kernel, Kernel::Identity))
-        .count();
-    assert_eq!(copies, 2, "each sum is copied");
-    let staged: Vec<Tensor<f32>> = ok(store.resident_grads_to_host(), "staged")
-        .into_iter()
-        .flatten()
-        .collect();
-    let plain = Tape::new(&client);
-    let (pw, pb) = (ok(plain.var(&w), "w"), ok(plain.var(&b), "b"));
-    let input = ok(plain.upload(&x), "x");
-    let target = ok(plain.upload(&y), "y");
-    let h = ok(
-        plain.linear(&input, &pw, Some(&pb), Activation::Tanh),
-        "layer 1",
+    assert_eq!(copies_since(&tape, forward), 2, "each sum is copied");
+    assert_eq!(
+        staged(&store),
+        plain_gradients(&client, &model, [(0, 1), (0, 1)])
     );
-    let pred = ok(
-        plain.linear(&h, &pw, Some(&pb), Activation::Identity),
-        "layer 2",
-    );
-    let loss = ok(plain.mse_loss(&pred, &target), "loss");
-    let gradients = ok(plain.backward(&loss), "backward");
-    let reference: Vec<Tensor<f32>> = [&pw, &pb]
-        .iter()
-        .map(|var| ok(gradients.to_host(var), "gradient").expect("reached"))
-        .collect();
-    assert_eq!(staged, reference);
 }
