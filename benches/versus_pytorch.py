@@ -11,8 +11,11 @@ Cistern won).
 For gemm, PyTorch runs `torch.mm` at the shapes `cistern bench gemm` runs
 (read from its output: the squares and the MLP products, transposes
 included, as strided views like autograd's), timed the same way: the
-median of as many samples as Cistern took, after 2 warm-up calls. PyTorch's
-environment drops OPENBLAS_* settings meant for other tools.
+median of as many samples as Cistern took, after 2 warm-up calls. The
+turns are per shape: `cistern bench gemm --shape S`, then torch.mm at S in
+one PyTorch process kept for the run (who goes first alternates), so both
+sides of a pair run within seconds of each other. PyTorch's environment
+drops OPENBLAS_* settings meant for other tools.
 
 For train-step, PyTorch runs the step `cistern bench train-step` runs (an
 MLP 784-1024-1024-10, ReLU, batch 256, `nn.MSELoss`, random data) with
@@ -61,13 +64,15 @@ def pytorch_optim(python, name):
 
 SHAPE_KEYS = ("m", "n", "k", "transpose_a", "transpose_b")
 
-# Run by --python: times torch.mm at the shapes given as JSON on argv[1].
+# Run by --python, kept running: times torch.mm at each shape it reads (one
+# JSON object per line on stdin) and answers one JSON line per shape.
 TORCH_GEMM = r"""
 import json, statistics, sys, time
 import torch
 print(json.dumps({"bench": "pytorch_info", "torch": torch.__version__,
                   "threads": torch.get_num_threads()}), flush=True)
-for shape in json.loads(sys.argv[1]):
+for request in sys.stdin:
+    shape = json.loads(request)
     m, n, k, ta, tb, samples = (shape[key] for key in
                                 ("m", "n", "k", "transpose_a", "transpose_b", "samples"))
     a = torch.randn(k, m).t() if ta else torch.randn(m, k)
@@ -90,33 +95,67 @@ def shape_of(line):
     return tuple(line[key] for key in SHAPE_KEYS)
 
 
-def cistern_gemm(binary):
-    """Cistern's gemm lines by shape, and the FMA peak its run measured first."""
-    lines = json_lines([binary, "bench", "gemm"])
+def shape_arg(shape):
+    """A shape as `cistern bench gemm --shape` reads it (784x1024x256,ta)."""
+    m, n, k, ta, tb = shape
+    return f"{m}x{n}x{k}" + (",ta" if ta else "") + (",tb" if tb else "")
+
+
+def cistern_shapes(binary):
+    """The shapes `cistern bench gemm` runs by default (one sample each: a warm-up too)."""
+    lines = json_lines([binary, "bench", "gemm", "--samples", "1"])
+    return [shape_of(l) for l in lines if l.get("bench") == "gemm"]
+
+
+def cistern_gemm(binary, shape):
+    """Cistern's gemm line at one shape, and the FMA peak its run measured first."""
+    lines = json_lines([binary, "bench", "gemm", "--shape", shape_arg(shape)])
     peak = next((l.get("gflops") for l in lines if l.get("bench") == "fma_peak"), None)
-    return {shape_of(l): l for l in lines if l.get("bench") == "gemm"}, peak
+    (line,) = [l for l in lines if l.get("bench") == "gemm"]
+    return line, peak
 
 
-def pytorch_gemm(python, shapes):
-    flops_per_shape, lo, hi = 3e10, 8, 60  # as src/bench/gemm.rs
-    todo = [dict(zip(SHAPE_KEYS, s), samples=max(lo, min(hi, int(flops_per_shape / (2 * s[0] * s[1] * s[2])))))
-            for s in shapes]
-    lines = json_lines([python, "-c", TORCH_GEMM, json.dumps(todo)], env=torch_env())
-    return {shape_of(l): l["gflops"] for l in lines if l.get("bench") == "pytorch_gemm"}
+class TorchGemm:
+    """One PyTorch process for the whole run, timing torch.mm shape by shape."""
+
+    def __init__(self, python):
+        self.process = subprocess.Popen([python, "-c", TORCH_GEMM], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=torch_env())
+        self.info = json.loads(self.process.stdout.readline())
+
+    def gflops(self, shape):
+        flops_per_shape, lo, hi = 3e10, 8, 60  # as src/bench/gemm.rs
+        samples = max(lo, min(hi, int(flops_per_shape / (2 * shape[0] * shape[1] * shape[2]))))
+        self.process.stdin.write(json.dumps(dict(zip(SHAPE_KEYS, shape), samples=samples)) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            sys.exit(f"the PyTorch process ended (exit status {self.process.wait()})")
+        return json.loads(answer)["gflops"]
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
 
 
-def gemm_round(a, round_, pairs):
-    ours, peak = cistern_gemm(a.cistern)
-    theirs = pytorch_gemm(a.python, list(ours))
-    for shape, line in ours.items():
-        torch_gflops = theirs.get(shape)
+def gemm_round(a, round_, pairs, shapes, torch):
+    # Shape by shape, each side right after the other (who goes first
+    # alternating), so both see the same minutes of a shared machine.
+    for index, shape in enumerate(shapes):
+        if (round_ + index) % 2:
+            torch_gflops = torch.gflops(shape)
+            line, peak = cistern_gemm(a.cistern, shape)
+        else:
+            line, peak = cistern_gemm(a.cistern, shape)
+            torch_gflops = torch.gflops(shape)
         pair = {"bench": "versus_pytorch", "what": "gemm", "round": round_,
                 **dict(zip(SHAPE_KEYS, shape)), "kernel": line.get("kernel"),
                 "cistern_gflops": line["gflops"], "direct_gflops": line["direct_gflops"],
                 "pytorch_gflops": torch_gflops,
                 "ratio": round(line["gflops"] / torch_gflops, 3) if torch_gflops else None,
                 "vs_direct": line.get("vs_direct"),
-                # A low peak marks a round whose cores other work took.
+                "pipelined_gflops": line.get("pipelined_gflops"),
+                # A low peak marks a turn whose cores other work took.
                 "fma_peak_gflops": peak}
         pairs.append(pair)
         print(json.dumps(pair), flush=True)
@@ -139,6 +178,7 @@ def gemm_summary(pairs):
                           "median_cistern_gflops": median1([p["cistern_gflops"] for p in mine]),
                           "median_direct_gflops": median1([p["direct_gflops"] for p in mine]),
                           "median_pytorch_gflops": median1([p["pytorch_gflops"] for p in mine]),
+                          "median_pipelined_gflops": median1([p["pipelined_gflops"] for p in mine]),
                           "median_ratio": round(ratio, 3),
                           "median_vs_direct": round(statistics.median(p["vs_direct"] for p in mine), 3),
                           "rounds": len(mine)}))
@@ -216,9 +256,12 @@ def main():
     ap.add_argument("--cistern", default=os.path.join(HERE, "..", "target", "release", "cistern"))
     a = ap.parse_args()
     pairs = []
+    if a.what == "gemm":
+        shapes, torch = cistern_shapes(a.cistern), TorchGemm(a.python)
+        print(json.dumps(torch.info), flush=True)
     for round_ in range(1, a.rounds + 1):
         if a.what == "gemm":
-            gemm_round(a, round_, pairs)
+            gemm_round(a, round_, pairs, shapes, torch)
         elif a.what == "train-step":
             train_round(a, round_, pairs)
         else:
@@ -229,6 +272,7 @@ def main():
             pairs.append(pair)
             print(json.dumps(pair), flush=True)
     if a.what == "gemm":
+        torch.close()
         gemm_summary(pairs)
     elif a.what == "train-step":
         train_summary(pairs)

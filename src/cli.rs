@@ -78,6 +78,11 @@ pub enum BenchCommand {
         /// Samples per shape (one warm-up), in place of about 3·10¹⁰ flops' worth (8–60).
         #[arg(long)]
         samples: Option<usize>,
+        /// Only this product (repeatable): `MxNxK`, then `,ta` and/or `,tb`
+        /// for a transposed A or B (`784x1024x256,ta`); the squares and the
+        /// MLP's products by default.
+        #[arg(long = "shape")]
+        shapes: Vec<crate::bench::gemm::Shape>,
     },
     /// An MLP step's forward + backward on the tape against its replayed kernels.
     Tape,
@@ -120,8 +125,12 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             _ => crate::devices::choose(&device)
                 .and_then(|device| crate::bench::optim::run(&optimizer, params, device)),
         },
-        BenchCommand::Gemm { device, samples } => crate::devices::choose(&device)
-            .and_then(|device| crate::bench::gemm::run(device, samples)),
+        BenchCommand::Gemm {
+            device,
+            samples,
+            shapes,
+        } => crate::devices::choose(&device)
+            .and_then(|device| crate::bench::gemm::run(device, samples, &shapes)),
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
     }
@@ -146,6 +155,34 @@ mod tests {
     }
 
     #[test]
+    fn a_gemm_shape_reads_as_its_sizes_and_transposes_and_a_bad_one_says_how_to_write_it() {
+        use crate::bench::gemm::Shape;
+        match bench(&[
+            "gemm",
+            "--shape",
+            "512x512x512",
+            "--shape",
+            "784x1024x256,ta",
+        ]) {
+            BenchCommand::Gemm { shapes, .. } => assert_eq!(
+                shapes,
+                [
+                    Shape(512, 512, 512, false, false),
+                    Shape(784, 1024, 256, true, false)
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!("3x5x7,tb,ta".parse(), Ok(Shape(3, 5, 7, true, true)));
+        for bad in ["512x512", "0x5x7", "3x5x7,tc", "3x5x7,ta,ta", "axbxc"] {
+            let error = bad.parse::<Shape>().err().unwrap_or_default();
+            assert!(error.contains(bad), "{bad}: {error}");
+        }
+        let line = ["cistern", "bench", "gemm", "--shape", "512x512"];
+        assert!(Cli::try_parse_from(line).is_err());
+    }
+
+    #[test]
     fn every_device_bench_takes_a_device_and_defaults_to_the_cpu() {
         match bench(&["roundtrip"]) {
             BenchCommand::Roundtrip { device } => assert_eq!(device, "cpu:0"),
@@ -156,8 +193,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match bench(&["gemm", "--device", "cuda:0", "--samples", "3"]) {
-            BenchCommand::Gemm { device, samples } => {
+            BenchCommand::Gemm {
+                device,
+                samples,
+                shapes,
+            } => {
                 assert_eq!((device.as_str(), samples), ("cuda:0", Some(3)));
+                assert!(shapes.is_empty());
             }
             other => panic!("{other:?}"),
         }

@@ -39,25 +39,71 @@ fn bench_optim_on_the_cpu_prints_one_line_with_its_same_run_references() {
     let output = cistern(&["bench", "optim", "--optimizer", "adam", "--params", "4096"]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|line| match serde_json::from_str(line) {
-            Ok(value) => value,
-            Err(error) => panic!("not a JSON line ({error}): {line}"),
-        })
-        .collect();
+    let lines = json_lines(&stdout);
     assert_eq!(lines.len(), 1, "{stdout}");
     let line = &lines[0];
     assert_eq!(line["bench"], "optim");
     assert_eq!(line["device"], "cpu:0");
     assert_eq!(line["bytes_per_param"], 28);
-    for field in [
+    let figures = [
         "gb_per_s",
         "axpy_gb_per_s",
         "copy_gb_per_s",
         "vs_copy",
         "direct_ms_per_step",
-    ] {
+    ];
+    assert_positive(line, &figures);
+}
+
+#[test]
+fn bench_gemm_at_one_shape_prints_the_peak_and_that_product_with_its_references() {
+    let output = cistern(&["bench", "gemm", "--shape", "64x48x32,tb", "--samples", "2"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines = json_lines(&stdout);
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines[0]["bench"], "fma_peak");
+    let line = &lines[1];
+    assert_eq!(line["bench"], "gemm");
+    let shape = [&line["m"], &line["n"], &line["k"]];
+    assert_eq!(shape, [64, 48, 32], "{line}");
+    assert_eq!(
+        (&line["transpose_a"], &line["transpose_b"]),
+        (&false.into(), &true.into())
+    );
+    assert!(line["kernel"].is_string(), "{line}");
+    let figures = [
+        "gflops",
+        "pipelined_gflops",
+        "direct_gflops",
+        "other_gflops",
+    ];
+    assert_positive(line, &figures);
+}
+
+#[test]
+fn bench_gemm_refuses_a_shape_it_cannot_read_and_says_how_to_write_one() {
+    let output = cistern(&["bench", "gemm", "--shape", "64x48"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("write MxNxK"), "{stderr}");
+    assert!(output.stdout.is_empty());
+}
+
+/// Each line of `stdout` as JSON.
+fn json_lines(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .map(|line| match serde_json::from_str(line) {
+            Ok(value) => value,
+            Err(error) => panic!("not a JSON line ({error}): {line}"),
+        })
+        .collect()
+}
+
+/// Every one of `fields` in `line` is a number above 0.
+fn assert_positive(line: &Value, fields: &[&str]) {
+    for field in fields {
         assert!(
             line[field].as_f64().is_some_and(|x| x > 0.0),
             "{field} in {line}"

@@ -11,7 +11,11 @@
 //! matrices; the alternative kernel, forced through `gemm_with`, shows what
 //! the choice is worth. Samples of the three alternate so all see the same load, in
 //! every order in turn; each
-//! server sample is a launch followed by a wait on its token.
+//! server sample is a launch followed by a wait on its token (`gflops`).
+//! Each round ends with a `pipelined_gflops` sample: 4 launches queued at
+//! once and waited on together, the server's throughput without a round
+//! trip per product. `device_gflops` counts the device's kernel time over
+//! every server launch, the pipelined ones too.
 //!
 //! With `--device` other than the CPU (`wgpu:0`, `cuda:0`) the same lines
 //! are printed, each naming its device, with the server's GEMM on that
@@ -33,7 +37,43 @@ use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
 use super::cublas::Cublas;
 use super::optim::{median, print_line};
 
-/// The shapes measured: (m, n, k, transpose_a, transpose_b).
+/// One product `bench gemm` measures: m×n×k, and which operands are
+/// transposed. Written `MxNxK`, with `,ta` and/or `,tb` for a transposed A
+/// or B (`784x1024x256,ta`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape(pub usize, pub usize, pub usize, pub bool, pub bool);
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Shape, String> {
+        let mut parts = text.split(',');
+        let sizes = parts.next().unwrap_or_default();
+        let sizes: Vec<&str> = sizes.split('x').collect();
+        let [m, n, k] = sizes[..] else {
+            return Err(format!(
+                "`{text}` is not a shape: write MxNxK, then ,ta and/or ,tb (784x1024x256,ta)"
+            ));
+        };
+        let size = |name: &str, value: &str| match value.parse::<usize>() {
+            Ok(size) if size > 0 => Ok(size),
+            _ => Err(format!(
+                "`{text}`: {name} must be a whole number above 0, not `{value}`"
+            )),
+        };
+        let mut shape = Shape(size("m", m)?, size("n", n)?, size("k", k)?, false, false);
+        for flag in parts {
+            match flag {
+                "ta" if !shape.3 => shape.3 = true,
+                "tb" if !shape.4 => shape.4 = true,
+                _ => return Err(format!("`{text}`: `{flag}` is not ta or tb (once each)")),
+            }
+        }
+        Ok(shape)
+    }
+}
+
+/// The shapes measured by default: (m, n, k, transpose_a, transpose_b).
 const SHAPES: [(usize, usize, usize, bool, bool); 9] = [
     (512, 512, 512, false, false),
     (1024, 1024, 1024, false, false),
@@ -49,20 +89,41 @@ const SHAPES: [(usize, usize, usize, bool, bool); 9] = [
     (256, 1024, 1024, false, true),
 ];
 const WARMUP: usize = 2;
+/// Launches queued together in a `pipelined_gflops` sample.
+const PIPELINE: usize = 4;
+/// The most floats a shape's A, B and C may hold together (4 GiB).
+const MAX_FLOATS: usize = 1 << 30;
 /// Samples per shape: about this many flops' worth, within the bounds below.
 const FLOPS_PER_SHAPE: f64 = 3e10;
 const MIN_SAMPLES: usize = 8;
 const MAX_SAMPLES: usize = 60;
 
 /// Runs the benchmark on `device` and prints one JSON line for the host's
-/// peak and one per shape; `samples` fixes the samples per shape (one
-/// warm-up then), for devices too slow for the default budget.
-pub fn run(device: Device, samples: Option<usize>) -> Result<(), String> {
-    let largest = SHAPES
-        .iter()
-        .map(|&(m, n, k, ..)| (m * k + k * n + m * n) as u64)
-        .max()
-        .unwrap_or(0);
+/// peak and one per shape (`shapes`, or every default one where it is
+/// empty); `samples` fixes the samples per shape (one warm-up then), for
+/// devices too slow for the default budget.
+pub fn run(device: Device, samples: Option<usize>, shapes: &[Shape]) -> Result<(), String> {
+    let shapes: Vec<Shape> = if shapes.is_empty() {
+        SHAPES
+            .iter()
+            .map(|&(m, n, k, ta, tb)| Shape(m, n, k, ta, tb))
+            .collect()
+    } else {
+        shapes.to_vec()
+    };
+    let mut largest = 0u64;
+    for &Shape(m, n, k, ..) in &shapes {
+        let floats = [m * k, k * n, m * n]
+            .iter()
+            .try_fold(0usize, |sum, &part| sum.checked_add(part))
+            .filter(|&floats| floats <= MAX_FLOATS)
+            .ok_or_else(|| {
+                format!(
+                    "{m}x{n}x{k}: A, B and C hold over {MAX_FLOATS} floats; pick a smaller shape"
+                )
+            })?;
+        largest = largest.max(floats as u64);
+    }
     let limit = 4 * 2 * largest;
     let client = ComputeClient::open(device, DeviceOptions::with_memory_limit(limit))
         .map_err(|e| format!("cannot open {device}: {e}"))?;
@@ -81,7 +142,7 @@ pub fn run(device: Device, samples: Option<usize>) -> Result<(), String> {
         _ => None,
     };
     let mut rng = SplitMix64::new(0x6E33);
-    for (m, n, k, transpose_a, transpose_b) in SHAPES {
+    for Shape(m, n, k, transpose_a, transpose_b) in shapes {
         let spec = GemmSpec {
             m,
             n,
@@ -148,6 +209,19 @@ fn measure(
         token.wait().map_err(|e| format!("gemm: {e}"))?;
         Ok(start.elapsed().as_secs_f64())
     };
+    // The server's throughput apart from its latency: `PIPELINE` launches
+    // queued at once, then their tokens waited on; a sample is the mean.
+    let pipelined = || -> Result<f64, String> {
+        let start = Instant::now();
+        let tokens = (0..PIPELINE)
+            .map(|_| client.launch_tracked(stream, launch.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("gemm: {e}"))?;
+        for token in tokens {
+            token.wait().map_err(|e| format!("gemm: {e}"))?;
+        }
+        Ok(start.elapsed().as_secs_f64() / PIPELINE as f64)
+    };
     let mut direct = || -> Result<f64, String> {
         let start = Instant::now();
         direct_product(kernel, spec, &a, &b, &mut c)?;
@@ -190,6 +264,7 @@ fn measure(
     );
     let (mut server_samples, mut direct_samples, mut other_samples) = (vec![], vec![], vec![]);
     let mut cublas_samples = vec![];
+    let mut pipelined_samples = vec![];
     let device_ns_before = kernel_device_ns(client)?;
     for round in 0..samples {
         // A product right after the alternative kernel's measured up to 10%
@@ -204,6 +279,7 @@ fn measure(
             }
         }
         cublas_samples.push(on_device()?);
+        pipelined_samples.push(pipelined()?);
     }
     let device_ns = kernel_device_ns(client)?
         .zip(device_ns_before)
@@ -238,9 +314,10 @@ fn measure(
         "transpose_a": spec.transpose_a,
         "transpose_b": spec.transpose_b,
         "gflops": figure(gflops),
+        "pipelined_gflops": figure(flops / median(&mut pipelined_samples) / 1e9),
         "device_gflops": device_ns
             .filter(|&ns| ns > 0)
-            .map(|ns| figure(flops * samples as f64 / ns as f64)),
+            .map(|ns| figure(flops * (samples * (1 + PIPELINE)) as f64 / ns as f64)),
         "reference": reference,
         "reference_absent": reference_absent,
         "direct_gflops": direct_gflops.map(figure),

@@ -188,10 +188,27 @@ fn csv_error(error: &csv::Error) -> String {
 mod tests {
     use super::*;
 
-    fn write(name: &str, text: &str) -> std::path::PathBuf {
+    /// A CSV file in the temporary directory, removed when dropped.
+    struct TempCsv(std::path::PathBuf);
+
+    impl std::ops::Deref for TempCsv {
+        type Target = Path;
+
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TempCsv {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn write(name: &str, text: &str) -> TempCsv {
         let path = std::env::temp_dir().join(format!("cistern-csv-{}-{name}", std::process::id()));
         assert!(std::fs::write(&path, text).is_ok());
-        path
+        TempCsv(path)
     }
 
     #[test]

@@ -191,23 +191,53 @@ pub(super) struct Block {
     pub(super) len: usize,
 }
 
-/// Splits C into one block per rayon thread, along the longer of its two
-/// sides, and runs `block` on each: independent tasks with no barrier
-/// between them, so a core taken by another thread (a stream executor,
-/// another process) delays only its own share. Small products, and C too
-/// narrow to split, run as one call with `threads` set.
+/// How [`split`] cuts C: along its columns or its rows, into `tasks`
+/// blocks (1: one call).
+#[derive(Clone, Copy)]
+pub(super) struct Split {
+    pub(super) columns: bool,
+    pub(super) tasks: usize,
+}
+
+impl Split {
+    /// Along the longer of C's two sides, one block per rayon thread;
+    /// one task for small products and C too narrow to split.
+    pub(super) fn of(spec: &GemmSpec) -> Split {
+        let GemmSpec { m, n, k, .. } = *spec;
+        let columns = n >= m;
+        let extent = if columns { n } else { m };
+        let work = m.saturating_mul(n).saturating_mul(k);
+        let tasks = rayon::current_num_threads().min(extent / MIN_BLOCK);
+        let tasks = if work < PARALLEL_WORK {
+            1
+        } else {
+            tasks.max(1)
+        };
+        Split { columns, tasks }
+    }
+}
+
+/// Splits C as [`Split::of`] and runs `block` on each block: independent
+/// tasks with no barrier between them, so a core taken by another thread
+/// (a stream executor, another process) delays only its own share. Small
+/// products, and C too narrow to split, run as one call with `threads`
+/// set (true when the product is large enough to thread by itself).
 pub(super) fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
+    split_as(spec, Split::of(spec), block);
+}
+
+/// [`split`] as `plan` (which is [`Split::of`] `spec`) cuts C.
+pub(super) fn split_as(spec: &GemmSpec, plan: Split, block: impl Fn(Block, bool) + Sync) {
     let GemmSpec { m, n, k, .. } = *spec;
-    let columns = n >= m;
+    let Split { columns, tasks } = plan;
     let extent = if columns { n } else { m };
-    let work = m.saturating_mul(n).saturating_mul(k);
-    let tasks = rayon::current_num_threads().min(extent / MIN_BLOCK);
-    if work < PARALLEL_WORK || tasks <= 1 {
+    if tasks <= 1 {
         let whole = Block {
             columns,
             start: 0,
             len: extent,
         };
+        let work = m.saturating_mul(n).saturating_mul(k);
         return block(whole, work >= PARALLEL_WORK);
     }
     let share = extent.div_ceil(tasks).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;

@@ -6,7 +6,10 @@
 //! micro-panels; for each `mc` rows op(A) is packed into `MR`-tall
 //! micro-panels (kept in L2); then every `MR`×`NR` tile runs the
 //! micro-kernel, a B micro-panel staying in L1 across the tiles of one
-//! column. The bias and activation run on each tile after its last k step,
+//! column. Where C is split among tasks, the operand each of them reads
+//! whole (op(A) for a split by columns, op(B) by rows) is packed once,
+//! its parts in parallel, before they start (up to `SHARED_PACK_LIMIT`).
+//! The bias and activation run on each tile after its last k step,
 //! while it is in L1. The tile (`MR`×`NR`) is the micro-kernel's, and the
 //! blocks (`Blocking`) are sized for the caches of the CPUs it runs on.
 
@@ -16,12 +19,13 @@ mod simd;
 mod tests;
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use pack::{Operand, pack, packed_len};
 use simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro, Out, Tile};
 
 use super::GemmSpec;
-use super::kernel::{Shared, Strides, split, sub_problem};
+use super::kernel::{Block, Shared as SharedPtr, Split, Strides, split_as, sub_problem};
 use crate::Activation;
 
 /// The cache blocks of one micro-kernel: `kc` steps of k per packed block,
@@ -89,42 +93,246 @@ fn product_on(
     bias: Option<&[f32]>,
     c: &mut [f32],
 ) {
-    let c_ptr = Shared(c.as_mut_ptr());
-    split(spec, |block, _| {
-        let (m, n, c_at, a_at, b_at) = sub_problem(spec, strides, block);
-        let a = Operand {
+    let operands = Operands {
+        a: Operand {
             data: a,
-            at: a_at as usize,
+            at: 0,
             lane_stride: strides.a_row as usize,
             step_stride: strides.a_col as usize,
-        };
-        let b = Operand {
+        },
+        b: Operand {
             data: b,
-            at: b_at as usize,
+            at: 0,
             lane_stride: strides.b_col as usize,
             step_stride: strides.b_row as usize,
-        };
-        let bias = match bias {
-            Some(bias) if block.columns => Some(&bias[block.start..block.start + block.len]),
-            other => other,
-        };
+        },
+    };
+    match micro {
+        Micro::Avx2Fma => {
+            product_as::<AVX2_MR, AVX2_NR>(micro, AVX2_BLOCKING, spec, &operands, bias, c);
+        }
+        Micro::Avx512 | Micro::Portable => {
+            product_as::<AVX512_MR, AVX512_NR>(micro, AVX512_BLOCKING, spec, &operands, bias, c);
+        }
+    }
+}
+
+/// op(A) (lanes: rows) and op(B) (lanes: columns) as the packing reads them.
+struct Operands<'a> {
+    a: Operand<'a>,
+    b: Operand<'a>,
+}
+
+fn product_as<const MR: usize, const NR: usize>(
+    micro: Micro,
+    blocking: Blocking,
+    spec: &GemmSpec,
+    operands: &Operands,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+) {
+    let kc = if blocking.balanced {
+        balanced(spec.k, blocking.kc, 16)
+    } else {
+        blocking.kc
+    };
+    let plan = Split::of(spec);
+    // Every task reads the whole of the operand along the side C is not
+    // split on: pack it once, shared, rather than once per task.
+    let (lanes, source) = if plan.columns {
+        (spec.m, &operands.a)
+    } else {
+        (spec.n, &operands.b)
+    };
+    let shared_len = shared_len::<MR, NR>(spec, plan);
+    if plan.tasks <= 1 || shared_len > SHARED_PACK_LIMIT {
         let job = Job {
             micro,
-            a,
-            b,
-            k: spec.k,
-            epilogue: Epilogue {
-                activation: spec.activation,
-                bias,
-            },
+            blocking,
+            kc,
+            shared: None,
         };
-        // SAFETY: `sub_problem` places the block's m rows of n elements,
-        // `spec.n` apart, inside C (which the caller checked is m·n long),
-        // and the blocks of one split are disjoint, so this task alone
-        // touches them while `c` stays borrowed for the whole split.
-        let mut out = unsafe { Out::new(c_ptr.get().add(c_at), m, n, spec.n) };
-        run_block(&job, &mut out, (m, n));
+        return blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
+    }
+    SHARED.with(|buffer| match buffer.try_borrow_mut() {
+        Ok(mut buffer) => {
+            let packed = aligned(&mut buffer, shared_len);
+            rayon::scope(|_| {
+                let operand = (source, lanes);
+                let shared = if plan.columns {
+                    pack_shared::<MR>(micro, operand, (spec.k, kc), plan.tasks, packed)
+                } else {
+                    pack_shared::<NR>(micro, operand, (spec.k, kc), plan.tasks, packed)
+                };
+                let job = Job {
+                    micro,
+                    blocking,
+                    kc,
+                    shared: Some(Shared {
+                        columns: plan.columns,
+                        packed: shared,
+                    }),
+                };
+                blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
+            });
+        }
+        // Only a re-entrant call finds it taken; its tasks pack their own.
+        Err(_) => {
+            let job = Job {
+                micro,
+                blocking,
+                kc,
+                shared: None,
+            };
+            blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
+        }
     });
+}
+
+/// The packed length of the operand every task of `plan` reads whole.
+fn shared_len<const MR: usize, const NR: usize>(spec: &GemmSpec, plan: Split) -> usize {
+    if plan.columns {
+        packed_len::<MR>(spec.m, spec.k)
+    } else {
+        packed_len::<NR>(spec.n, spec.k)
+    }
+}
+
+/// Whether `micro`'s product of `spec` packs an operand once for all its
+/// tasks (on the current rayon pool), for tests.
+#[cfg(test)]
+fn shares_a_packed_operand(micro: Micro, spec: &GemmSpec) -> bool {
+    let plan = Split::of(spec);
+    let len = match micro {
+        Micro::Avx2Fma => shared_len::<AVX2_MR, AVX2_NR>(spec, plan),
+        Micro::Avx512 | Micro::Portable => shared_len::<AVX512_MR, AVX512_NR>(spec, plan),
+    };
+    plan.tasks > 1 && len <= SHARED_PACK_LIMIT
+}
+
+/// The largest operand (packed floats) packed once for every task: larger
+/// ones are packed by each task for itself, the share of the work packing
+/// it takes being small there.
+const SHARED_PACK_LIMIT: usize = 1 << 21;
+
+thread_local! {
+    /// The calling thread's buffer for the shared packed operand, kept
+    /// between products (up to `SHARED_PACK_LIMIT` floats).
+    static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Packs all `lanes` of `source` by every `kc` steps of `k` into `dst`, its
+/// blocks one after another (block `pc` from `padded lanes · pc`), the
+/// work cut into `tasks` parts per block on rayon's pool; returns `dst`.
+fn pack_shared<'d, const W: usize>(
+    micro: Micro,
+    (source, lanes): (&Operand, usize),
+    (k, kc_block): (usize, usize),
+    tasks: usize,
+    dst: &'d mut [f32],
+) -> &'d [f32] {
+    let part = lanes.div_ceil(tasks).div_ceil(W) * W;
+    let mut units = Vec::with_capacity(k.div_ceil(kc_block) * tasks);
+    let mut rest = &mut *dst;
+    for pc in (0..k).step_by(kc_block) {
+        let kc = kc_block.min(k - pc);
+        for first in (0..lanes).step_by(part) {
+            let lane_range = first..(first + part).min(lanes);
+            let len = packed_len::<W>(lane_range.len(), kc);
+            let (unit, tail) = rest.split_at_mut(len);
+            rest = tail;
+            units.push((lane_range, pc..pc + kc, unit));
+        }
+    }
+    debug_assert!(rest.is_empty());
+    crate::parallel::run(units, true, |(lane_range, steps, unit)| {
+        pack::<W>(micro, source, lane_range, steps, unit);
+    });
+    dst
+}
+
+/// The operand packed once for every task ([`pack_shared`]'s layout): op(A)
+/// when C is split by `columns`, else op(B).
+struct Shared<'a> {
+    columns: bool,
+    packed: &'a [f32],
+}
+
+impl Shared<'_> {
+    /// The packed block of `lanes` (from a multiple of the tile's width
+    /// `W`, of `all` lanes in total) by `kc` steps from step `pc`.
+    fn block<const W: usize>(
+        &self,
+        lanes: Range<usize>,
+        all: usize,
+        pc: usize,
+        kc: usize,
+    ) -> &[f32] {
+        let start = packed_len::<W>(all, pc) + lanes.start * kc;
+        &self.packed[start..start + packed_len::<W>(lanes.len(), kc)]
+    }
+}
+
+/// Runs every task's block of C, cut as `plan` says.
+fn blocks<const MR: usize, const NR: usize>(
+    job: &Job,
+    spec: &GemmSpec,
+    plan: Split,
+    operands: &Operands,
+    bias: Option<&[f32]>,
+    c: &mut [f32],
+) {
+    let c = SharedPtr(c.as_mut_ptr());
+    split_as(spec, plan, |block, _| {
+        // SAFETY: `c` is C (m·n long, checked by the caller), borrowed for
+        // the whole split, whose blocks are disjoint.
+        unsafe { one_block::<MR, NR>(job, spec, operands, bias, c, block) };
+    });
+}
+
+/// One block of C: act(op(A)·op(B) + bias) over its rows or columns.
+///
+/// # Safety
+/// `c` points at C (`spec.m · spec.n` floats), and no other thread reads
+/// or writes `block`'s part of it while this runs.
+unsafe fn one_block<const MR: usize, const NR: usize>(
+    job: &Job,
+    spec: &GemmSpec,
+    operands: &Operands,
+    bias: Option<&[f32]>,
+    c: SharedPtr<*mut f32>,
+    block: Block,
+) {
+    let (m, n, c_at, a_at, b_at) = sub_problem(spec, &Strides::of(spec), block);
+    let operands = Operands {
+        a: Operand {
+            at: a_at as usize,
+            ..operands.a
+        },
+        b: Operand {
+            at: b_at as usize,
+            ..operands.b
+        },
+    };
+    let bias = match bias {
+        Some(bias) if block.columns => Some(&bias[block.start..block.start + block.len]),
+        other => other,
+    };
+    let task = Task {
+        job,
+        operands: &operands,
+        k: spec.k,
+        totals: (spec.m, spec.n),
+        epilogue: Epilogue {
+            activation: spec.activation,
+            bias,
+        },
+    };
+    // SAFETY: `sub_problem` places the block's m rows of n elements,
+    // `spec.n` apart, inside C, which only this call touches there (the
+    // caller's promise).
+    let mut out = unsafe { Out::new(c.get().add(c_at), m, n, spec.n) };
+    run_block::<MR, NR>(&task, &mut out, (m, n));
 }
 
 /// The bias (this block's columns of it) and activation of C.
@@ -167,22 +375,31 @@ fn aligned(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut buffer[start..start + len]
 }
 
-/// What every block of one product shares: the micro-kernel, the two
-/// operands (offset to the block), k and the epilogue.
+/// What every block of one product shares: the micro-kernel, its blocks,
+/// the k block and the operand packed once for all tasks, if any.
 struct Job<'a> {
     micro: Micro,
-    a: Operand<'a>,
-    b: Operand<'a>,
+    blocking: Blocking,
+    kc: usize,
+    shared: Option<Shared<'a>>,
+}
+
+/// One task's share: the job, the operands offset to its block, k, C's
+/// whole size (m, n) and the epilogue.
+struct Task<'a> {
+    job: &'a Job<'a>,
+    operands: &'a Operands<'a>,
     k: usize,
+    totals: (usize, usize),
     epilogue: Epilogue<'a>,
 }
 
 /// One task's block: `out` (m×n) ← act(op(A)·op(B) + bias).
-fn run_block(job: &Job, out: &mut Out, (m, n): (usize, usize)) {
+fn run_block<const MR: usize, const NR: usize>(task: &Task, out: &mut Out, size: (usize, usize)) {
     BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
         Ok(mut buffers) => {
             let (a, b) = &mut *buffers;
-            blocked(job, out, (m, n), Buffers { a, b });
+            blocked_as::<MR, NR>(task, out, size, Buffers { a, b });
         }
         // Only a re-entrant call finds them taken; it packs into its own.
         Err(_) => {
@@ -190,7 +407,7 @@ fn run_block(job: &Job, out: &mut Out, (m, n): (usize, usize)) {
                 a: &mut vec![],
                 b: &mut vec![],
             };
-            blocked(job, out, (m, n), buffers);
+            blocked_as::<MR, NR>(task, out, size, buffers);
         }
     });
 }
@@ -201,57 +418,61 @@ struct Buffers<'a> {
     b: &'a mut Vec<f32>,
 }
 
-fn blocked(job: &Job, out: &mut Out, size: (usize, usize), buffers: Buffers) {
-    match job.micro {
-        Micro::Avx2Fma => {
-            blocked_as::<AVX2_MR, AVX2_NR>(job, AVX2_BLOCKING, out, size, buffers);
-        }
-        Micro::Avx512 | Micro::Portable => {
-            blocked_as::<AVX512_MR, AVX512_NR>(job, AVX512_BLOCKING, out, size, buffers);
-        }
-    }
-}
-
 fn blocked_as<const MR: usize, const NR: usize>(
-    job: &Job,
-    blocking: Blocking,
+    task: &Task,
     out: &mut Out,
     (m, n): (usize, usize),
     buffers: Buffers,
 ) {
+    let Task {
+        job,
+        operands,
+        k,
+        totals: (all_m, all_n),
+        ref epilogue,
+    } = *task;
     let Job {
         micro,
-        ref a,
-        ref b,
-        k,
-        ref epilogue,
-    } = *job;
-    let Blocking {
+        blocking,
         kc: kc_block,
-        mc: mc_block,
-        nc: nc_block,
-        balanced: _,
-    } = blocking;
-    debug_assert!(mc_block % MR == 0 && nc_block % NR == 0);
+        ref shared,
+    } = *job;
+    debug_assert!(blocking.mc % MR == 0 && blocking.nc % NR == 0);
     let Buffers {
         a: a_buffer,
         b: b_buffer,
     } = buffers;
-    let (kc_block, mc_block) = if blocking.balanced {
-        (balanced(k, kc_block, 16), balanced(m, mc_block, MR))
+    let mc_block = if blocking.balanced {
+        balanced(m, blocking.mc, MR)
     } else {
-        (kc_block, mc_block)
+        blocking.mc
     };
+    let nc_block = blocking.nc;
     for jc in (0..n).step_by(nc_block) {
         let nc = nc_block.min(n - jc);
         for pc in (0..k).step_by(kc_block) {
             let kc = kc_block.min(k - pc);
-            let b_packed = aligned(b_buffer, packed_len::<NR>(nc, kc));
-            pack::<NR>(micro, b, jc..jc + nc, pc..pc + kc, b_packed);
+            let steps = pc..pc + kc;
+            let shared_b = shared.as_ref().filter(|shared| !shared.columns);
+            let b_packed = panels::<NR>(
+                micro,
+                shared_b,
+                (&operands.b, all_n),
+                jc..jc + nc,
+                steps.clone(),
+                b_buffer,
+            );
             for ic in (0..m).step_by(mc_block) {
                 let mc = mc_block.min(m - ic);
-                let a_packed = aligned(a_buffer, packed_len::<MR>(mc, kc));
-                pack::<MR>(micro, a, ic..ic + mc, pc..pc + kc, a_packed);
+                let shared_a = shared.as_ref().filter(|shared| shared.columns);
+                let a_packed = panels::<MR>(
+                    micro,
+                    shared_a,
+                    (&operands.a, all_m),
+                    ic..ic + mc,
+                    steps.clone(),
+                    a_buffer,
+                );
                 for (jr, b_panel) in b_packed.chunks_exact(NR * kc).enumerate() {
                     for (ir, a_panel) in a_packed.chunks_exact(MR * kc).enumerate() {
                         let tile = Tile {
@@ -269,6 +490,27 @@ fn blocked_as<const MR: usize, const NR: usize>(
                     }
                 }
             }
+        }
+    }
+}
+
+/// The packed panels of `lanes` × `steps` of `operand` (of `all` lanes):
+/// the block of `shared` where it holds this operand, else packed now
+/// into `buffer`.
+fn panels<'p, const W: usize>(
+    micro: Micro,
+    shared: Option<&'p Shared>,
+    (operand, all): (&Operand, usize),
+    lanes: Range<usize>,
+    steps: Range<usize>,
+    buffer: &'p mut Vec<f32>,
+) -> &'p [f32] {
+    match shared {
+        Some(shared) => shared.block::<W>(lanes, all, steps.start, steps.len()),
+        None => {
+            let packed = aligned(buffer, packed_len::<W>(lanes.len(), steps.len()));
+            pack::<W>(micro, operand, lanes, steps, packed);
+            packed
         }
     }
 }

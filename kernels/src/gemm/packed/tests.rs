@@ -11,7 +11,7 @@ use gemm_reference::reference;
 
 use super::pack::{Operand, pack, packed_len};
 use super::simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro};
-use super::{AVX2_BLOCKING, AVX512_BLOCKING, product_on};
+use super::{AVX2_BLOCKING, AVX512_BLOCKING, product_on, shares_a_packed_operand};
 use crate::gemm::GemmSpec;
 use crate::gemm::kernel::Strides;
 use crate::{Activation, erfc};
@@ -172,6 +172,39 @@ fn every_micro_kernel_on_this_cpu_propagates_nan_and_infinity_to_the_elements_th
             assert!(want.iter().any(|w| w.0.is_nan()) && want.iter().any(|w| w.0.is_infinite()));
             check(micro, &spec, &a, &b, Some(&bias));
         }
+    }
+}
+
+#[test]
+fn every_micro_kernel_on_this_cpu_matches_the_reference_when_its_tasks_share_a_packed_operand() {
+    let mut rng = SplitMix64::new(46);
+    // Split by columns (op(A) shared) and by rows (op(B) shared), with the
+    // shared lanes, k and the tasks' shares all off the tile boundaries.
+    let shapes = [
+        (131, 523, 257),
+        (523, 131, 257),
+        (97, 389, 61),
+        (389, 97, 61),
+    ];
+    for threads in [2, 3] {
+        let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(pool) => pool,
+            Err(error) => panic!("a pool of {threads} threads: {error}"),
+        };
+        pool.install(|| {
+            for micro in Micro::available() {
+                for (m, n, k) in shapes {
+                    for transposes in TRANSPOSES {
+                        let spec = GemmSpec {
+                            activation: Activation::Relu,
+                            ..spec(m, n, k, transposes)
+                        };
+                        assert!(shares_a_packed_operand(micro, &spec), "{spec:?}");
+                        check_random(micro, &spec, true, &mut rng);
+                    }
+                }
+            }
+        });
     }
 }
 
