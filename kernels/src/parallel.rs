@@ -4,6 +4,9 @@
 //! [`MIN_PARALLEL`] elements run on the calling thread, because below that
 //! the cost of waking the pool exceeds the work.
 
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
 use rayon::prelude::*;
 
 /// Elements per unit of parallel work (64 KiB of f32 per buffer).
@@ -11,6 +14,49 @@ pub(crate) const PIECE: usize = 1 << 14;
 
 /// Inputs shorter than this run on the calling thread.
 pub(crate) const MIN_PARALLEL: usize = 1 << 15;
+
+/// How long the pool's workers stay awake after a threaded GEMM unless
+/// `CISTERN_GEMM_WARM_US` says otherwise (0: not at all).
+const WARM_WINDOW_US: u64 = 200;
+
+/// The window [`keep_warm`] runs after a threaded GEMM: `WARM_WINDOW_US`,
+/// or `CISTERN_GEMM_WARM_US` microseconds (read once; 0 turns it off).
+pub(crate) fn warm_window() -> Option<Duration> {
+    static WINDOW: OnceLock<Option<Duration>> = OnceLock::new();
+    *WINDOW.get_or_init(|| window_from(std::env::var("CISTERN_GEMM_WARM_US").ok().as_deref()))
+}
+
+/// The window a `CISTERN_GEMM_WARM_US` value asks for: the default where
+/// it is absent or not a whole number, none at 0.
+fn window_from(value: Option<&str>) -> Option<Duration> {
+    let micros = value
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .unwrap_or(WARM_WINDOW_US);
+    (micros > 0).then(|| Duration::from_micros(micros))
+}
+
+/// Keeps every rayon worker awake for `window`, running whatever work
+/// reaches the pool meanwhile (and `window` again after each), then lets
+/// it sleep. A worker woken from sleep starts 50–130 µs late on a VM, a
+/// few percent of a 2 ms product; OpenMP's teams spin between regions
+/// for the same reason. An idle worker yields its core to any other
+/// thread that wants it.
+pub(crate) fn keep_warm(window: Duration) {
+    for _ in 0..rayon::current_num_threads() {
+        rayon::spawn(move || {
+            let mut until = Instant::now() + window;
+            loop {
+                match rayon::yield_now() {
+                    Some(rayon::Yield::Executed) => until = Instant::now() + window,
+                    _ => std::thread::yield_now(),
+                }
+                if Instant::now() >= until {
+                    return;
+                }
+            }
+        });
+    }
+}
 
 /// Runs `f` on each piece of `dst`.
 pub(crate) fn for_each_mut(dst: &mut [f32], f: impl Fn(&mut [f32]) + Sync + Send) {
@@ -125,4 +171,33 @@ pub(crate) fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
 #[target_feature(enable = "avx2")]
 unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
     f()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rayon::prelude::*;
+
+    use super::{WARM_WINDOW_US, keep_warm, window_from};
+
+    #[test]
+    fn the_warm_window_is_the_default_unless_a_whole_number_says_otherwise() {
+        let default = Some(Duration::from_micros(WARM_WINDOW_US));
+        assert_eq!(window_from(None), default);
+        assert_eq!(window_from(Some("lots")), default);
+        assert_eq!(window_from(Some(" 500 ")), Some(Duration::from_micros(500)));
+        assert_eq!(window_from(Some("0")), None);
+    }
+
+    #[test]
+    fn work_sent_to_a_pool_kept_warm_runs_on_it() {
+        let pool = match rayon::ThreadPoolBuilder::new().num_threads(2).build() {
+            Ok(pool) => pool,
+            Err(error) => panic!("a pool of 2 threads: {error}"),
+        };
+        pool.install(|| keep_warm(Duration::from_millis(20)));
+        let sum: u64 = pool.install(|| (0..100_000u64).into_par_iter().sum());
+        assert_eq!(sum, 100_000 * 99_999 / 2);
+    }
 }

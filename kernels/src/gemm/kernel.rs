@@ -241,6 +241,7 @@ pub(super) fn split_as(spec: &GemmSpec, plan: Split, block: impl Fn(Block, bool)
         return block(whole, work >= PARALLEL_WORK);
     }
     let share = extent.div_ceil(tasks).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
+    let _warm = WarmAfter;
     (0..tasks).into_par_iter().for_each(|task| {
         let start = task * share;
         if start < extent {
@@ -255,6 +256,18 @@ pub(super) fn split_as(spec: &GemmSpec, plan: Split, block: impl Fn(Block, bool)
             );
         }
     });
+}
+
+/// Keeps the pool awake a while once the split it guards ends
+/// ([`crate::parallel::keep_warm`] for [`crate::parallel::warm_window`]).
+struct WarmAfter;
+
+impl Drop for WarmAfter {
+    fn drop(&mut self) {
+        if let Some(window) = crate::parallel::warm_window() {
+            crate::parallel::keep_warm(window);
+        }
+    }
 }
 
 /// A pointer that tasks share; each task touches only its own block.
