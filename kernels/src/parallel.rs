@@ -5,6 +5,7 @@
 //! the cost of waking the pool exceeds the work.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -35,14 +36,29 @@ fn window_from(value: Option<&str>) -> Option<Duration> {
     (micros > 0).then(|| Duration::from_micros(micros))
 }
 
+/// The waiters [`keep_warm`] has alive, across pools: at most one per
+/// worker of the pool that spawns them, so a waiter that runs a later
+/// waiter inside itself (it runs whatever reaches the pool) cannot nest
+/// them without end over a long run of kernels.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+
 /// Keeps every rayon worker awake for `window`, running whatever work
 /// reaches the pool meanwhile (and `window` again after each), then lets
-/// it sleep. A worker woken from sleep starts 50–130 µs late on a VM, a
-/// few percent of a 2 ms product; OpenMP's teams spin between regions
-/// for the same reason. An idle worker yields its core to any other
-/// thread that wants it.
+/// it sleep; where waiters are already alive, they carry on instead. A
+/// worker woken from sleep starts 50–130 µs late on a VM, a few percent of
+/// a 2 ms product; OpenMP's teams spin between regions for the same
+/// reason. An idle worker yields its core to any other thread that wants
+/// it.
 pub(crate) fn keep_warm(window: Duration) {
-    for _ in 0..rayon::current_num_threads() {
+    let workers = rayon::current_num_threads();
+    let claim = || {
+        WAITERS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
+                (live < workers).then_some(live + 1)
+            })
+            .is_ok()
+    };
+    while claim() {
         rayon::spawn(move || {
             let mut until = Instant::now() + window;
             loop {
@@ -51,9 +67,10 @@ pub(crate) fn keep_warm(window: Duration) {
                     _ => std::thread::yield_now(),
                 }
                 if Instant::now() >= until {
-                    return;
+                    break;
                 }
             }
+            WAITERS.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }
@@ -179,7 +196,14 @@ mod tests {
 
     use rayon::prelude::*;
 
-    use super::{WARM_WINDOW_US, keep_warm, window_from};
+    use super::{WAITERS, WARM_WINDOW_US, keep_warm, window_from};
+
+    fn two_threads() -> rayon::ThreadPool {
+        match rayon::ThreadPoolBuilder::new().num_threads(2).build() {
+            Ok(pool) => pool,
+            Err(error) => panic!("a pool of 2 threads: {error}"),
+        }
+    }
 
     #[test]
     fn the_warm_window_is_the_default_unless_a_whole_number_says_otherwise() {
@@ -192,12 +216,24 @@ mod tests {
 
     #[test]
     fn work_sent_to_a_pool_kept_warm_runs_on_it() {
-        let pool = match rayon::ThreadPoolBuilder::new().num_threads(2).build() {
-            Ok(pool) => pool,
-            Err(error) => panic!("a pool of 2 threads: {error}"),
-        };
+        let pool = two_threads();
         pool.install(|| keep_warm(Duration::from_millis(20)));
         let sum: u64 = pool.install(|| (0..100_000u64).into_par_iter().sum());
         assert_eq!(sum, 100_000 * 99_999 / 2);
+    }
+
+    #[test]
+    fn a_pool_kept_warm_again_and_again_keeps_at_most_one_waiter_per_worker() {
+        let pool = two_threads();
+        for _ in 0..1000 {
+            pool.install(|| keep_warm(Duration::from_millis(20)));
+        }
+        // Other tests' products keep the global pool warm meanwhile.
+        let most = rayon::current_num_threads().max(2);
+        let live = WAITERS.load(std::sync::atomic::Ordering::Acquire);
+        assert!(
+            live <= most,
+            "{live} waiters alive, at most {most} expected"
+        );
     }
 }

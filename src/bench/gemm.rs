@@ -73,20 +73,20 @@ impl std::str::FromStr for Shape {
     }
 }
 
-/// The shapes measured by default: (m, n, k, transpose_a, transpose_b).
-const SHAPES: [(usize, usize, usize, bool, bool); 9] = [
-    (512, 512, 512, false, false),
-    (1024, 1024, 1024, false, false),
-    (2048, 2048, 2048, false, false),
+/// The shapes measured by default.
+const SHAPES: [Shape; 9] = [
+    Shape(512, 512, 512, false, false),
+    Shape(1024, 1024, 1024, false, false),
+    Shape(2048, 2048, 2048, false, false),
     // MLP 784-1024-1024-10, batch 256: forward (X·W).
-    (256, 1024, 784, false, false),
-    (256, 1024, 1024, false, false),
+    Shape(256, 1024, 784, false, false),
+    Shape(256, 1024, 1024, false, false),
     // Weight gradients (Xᵀ·dY).
-    (784, 1024, 256, true, false),
-    (1024, 1024, 256, true, false),
+    Shape(784, 1024, 256, true, false),
+    Shape(1024, 1024, 256, true, false),
     // Input gradients (dY·Wᵀ).
-    (256, 784, 1024, false, true),
-    (256, 1024, 1024, false, true),
+    Shape(256, 784, 1024, false, true),
+    Shape(256, 1024, 1024, false, true),
 ];
 const WARMUP: usize = 2;
 /// Launches queued together in a `pipelined_gflops` sample.
@@ -103,19 +103,19 @@ const MAX_SAMPLES: usize = 60;
 /// empty); `samples` fixes the samples per shape (one warm-up then), for
 /// devices too slow for the default budget.
 pub fn run(device: Device, samples: Option<usize>, shapes: &[Shape]) -> Result<(), String> {
-    let shapes: Vec<Shape> = if shapes.is_empty() {
-        SHAPES
-            .iter()
-            .map(|&(m, n, k, ta, tb)| Shape(m, n, k, ta, tb))
-            .collect()
+    let shapes = if shapes.is_empty() {
+        &SHAPES[..]
     } else {
-        shapes.to_vec()
+        shapes
     };
     let mut largest = 0u64;
-    for &Shape(m, n, k, ..) in &shapes {
-        let floats = [m * k, k * n, m * n]
+    for &Shape(m, n, k, ..) in shapes {
+        let floats = [(m, k), (k, n), (m, n)]
             .iter()
-            .try_fold(0usize, |sum, &part| sum.checked_add(part))
+            .try_fold(0usize, |sum, &(rows, cols)| {
+                rows.checked_mul(cols)
+                    .and_then(|part| sum.checked_add(part))
+            })
             .filter(|&floats| floats <= MAX_FLOATS)
             .ok_or_else(|| {
                 format!(
@@ -142,7 +142,7 @@ pub fn run(device: Device, samples: Option<usize>, shapes: &[Shape]) -> Result<(
         _ => None,
     };
     let mut rng = SplitMix64::new(0x6E33);
-    for Shape(m, n, k, transpose_a, transpose_b) in shapes {
+    for &Shape(m, n, k, transpose_a, transpose_b) in shapes {
         let spec = GemmSpec {
             m,
             n,

@@ -144,48 +144,39 @@ fn product_as<const MR: usize, const NR: usize>(
     } else {
         (spec.n, &operands.b)
     };
+    let unshared = Job {
+        micro,
+        blocking,
+        kc,
+        shared: None,
+    };
     let shared_len = shared_len::<MR, NR>(spec, plan);
     if plan.tasks <= 1 || shared_len > SHARED_PACK_LIMIT {
-        let job = Job {
-            micro,
-            blocking,
-            kc,
-            shared: None,
-        };
-        return blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
+        return blocks::<MR, NR>(&unshared, spec, plan, operands, bias, c);
     }
-    SHARED.with(|buffer| match buffer.try_borrow_mut() {
-        Ok(mut buffer) => {
-            let packed = aligned(&mut buffer, shared_len);
-            rayon::scope(|_| {
-                let operand = (source, lanes);
-                let shared = if plan.columns {
-                    pack_shared::<MR>(micro, operand, (spec.k, kc), plan.tasks, packed)
-                } else {
-                    pack_shared::<NR>(micro, operand, (spec.k, kc), plan.tasks, packed)
-                };
-                let job = Job {
-                    micro,
-                    blocking,
-                    kc,
-                    shared: Some(Shared {
-                        columns: plan.columns,
-                        packed: shared,
-                    }),
-                };
-                blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
-            });
-        }
+    SHARED.with(|buffer| {
         // Only a re-entrant call finds it taken; its tasks pack their own.
-        Err(_) => {
+        let Ok(mut buffer) = buffer.try_borrow_mut() else {
+            return blocks::<MR, NR>(&unshared, spec, plan, operands, bias, c);
+        };
+        let packed = aligned(&mut buffer, shared_len);
+        rayon::scope(|_| {
+            let operand = (source, lanes);
+            let packed = if plan.columns {
+                pack_shared::<MR>(micro, operand, (spec.k, kc), plan.tasks, packed)
+            } else {
+                pack_shared::<NR>(micro, operand, (spec.k, kc), plan.tasks, packed)
+            };
+            let shared = Shared {
+                columns: plan.columns,
+                packed,
+            };
             let job = Job {
-                micro,
-                blocking,
-                kc,
-                shared: None,
+                shared: Some(shared),
+                ..unshared
             };
             blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
-        }
+        });
     });
 }
 
