@@ -44,9 +44,11 @@ fn product(field: &str, a: usize, b: usize) -> Result<usize, KernelError> {
 
 /// `C ← act(op(A)·op(B) + bias)`, with the kernel
 /// [`GemmKernel::chosen_for`] picks for this spec on this CPU. The product
-/// is threaded on rayon's pool, shared with every other CPU kernel, whose
-/// workers then stay awake 200 µs for the next one (`CISTERN_GEMM_WARM_US`
-/// sets the window in microseconds, 0 turns it off); bias
+/// is split over the cores: called from outside rayon's pools, the caller
+/// computes one block and a helper pool of one thread fewer the rest;
+/// inside a pool, that pool runs them. The workers then stay awake 200 µs
+/// for the next one (`CISTERN_GEMM_WARM_US` sets the window in
+/// microseconds, 0 turns it off); bias
 /// and activation run on each tile ([`GemmKernel::Packed`]) or take one
 /// pass over C.
 pub fn gemm(

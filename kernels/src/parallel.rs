@@ -36,30 +36,60 @@ fn window_from(value: Option<&str>) -> Option<Duration> {
     (micros > 0).then(|| Duration::from_micros(micros))
 }
 
-/// The waiters [`keep_warm`] has alive, across pools: at most one per
+/// The waiters [`keep_warm`] has alive on rayon's pools: at most one per
 /// worker of the pool that spawns them, so a waiter that runs a later
 /// waiter inside itself (it runs whatever reaches the pool) cannot nest
 /// them without end over a long run of kernels.
 static WAITERS: AtomicUsize = AtomicUsize::new(0);
 
-/// Keeps every rayon worker awake for `window`, running whatever work
-/// reaches the pool meanwhile (and `window` again after each), then lets
-/// it sleep; where waiters are already alive, they carry on instead. A
-/// worker woken from sleep starts 50–130 µs late on a VM, a few percent of
-/// a 2 ms product; OpenMP's teams spin between regions for the same
-/// reason. An idle worker yields its core to any other thread that wants
-/// it.
+/// The waiters alive on the helper pool ([`helper_pool`]), as `WAITERS`.
+static HELPER_WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Keeps every worker of the current rayon pool awake for `window`
+/// ([`warm`]).
 pub(crate) fn keep_warm(window: Duration) {
-    let workers = rayon::current_num_threads();
+    warm(window, rayon::current_num_threads(), &WAITERS, |job| {
+        rayon::spawn(job)
+    });
+}
+
+/// Keeps the pool that [`fork_each`] ran its items on awake for the GEMM's
+/// window ([`warm_window`]): the helper pool where the caller took an
+/// item, else the current one.
+pub(crate) fn keep_warm_after_fork(caller_took_one: bool) {
+    let Some(window) = warm_window() else {
+        return;
+    };
+    match caller_took_one.then(helper_pool).flatten() {
+        Some(pool) => warm(window, pool.current_num_threads(), &HELPER_WAITERS, |job| {
+            pool.spawn(job)
+        }),
+        None => keep_warm(window),
+    }
+}
+
+/// Keeps up to `workers` workers of a pool awake for `window`, running
+/// whatever work reaches the pool meanwhile (and `window` again after
+/// each), then lets them sleep; where `waiters` are already alive, they
+/// carry on instead. `spawn` puts a job on the pool. A worker woken from
+/// sleep starts 50–130 µs late on a VM, a few percent of a 2 ms product;
+/// OpenMP's teams spin between regions for the same reason. An idle
+/// worker yields its core to any other thread that wants it.
+fn warm(
+    window: Duration,
+    workers: usize,
+    waiters: &'static AtomicUsize,
+    spawn: impl Fn(Box<dyn FnOnce() + Send>),
+) {
     let claim = || {
-        WAITERS
+        waiters
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |live| {
                 (live < workers).then_some(live + 1)
             })
             .is_ok()
     };
     while claim() {
-        rayon::spawn(move || {
+        spawn(Box::new(move || {
             let mut until = Instant::now() + window;
             loop {
                 match rayon::yield_now() {
@@ -70,9 +100,28 @@ pub(crate) fn keep_warm(window: Duration) {
                     break;
                 }
             }
-            WAITERS.fetch_sub(1, Ordering::AcqRel);
-        });
+            waiters.fetch_sub(1, Ordering::AcqRel);
+        }));
     }
+}
+
+/// The pool [`fork_each`] spawns onto from a caller outside rayon's pools:
+/// one thread fewer than the global pool (the caller is the other), at
+/// least one; built on first use (none where its threads cannot start).
+/// Sized so, a product split over the cores runs on exactly as many
+/// threads: a third woken beside the caller and one worker (as the
+/// global pool's sleeping ones are when work reaches it) took a core from
+/// them for milliseconds at a time on a 2-vCPU VM.
+fn helper_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(rayon::current_num_threads().saturating_sub(1).max(1))
+            .thread_name(|index| format!("cistern-gemm-{index}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
 }
 
 /// Runs `f` on each piece of `dst`.
@@ -111,6 +160,61 @@ pub(crate) fn zip2_mut(
             .zip(a.par_chunks(PIECE))
             .zip(b.par_chunks(PIECE))
             .for_each(|((d, a), b)| f(d, a, b));
+    }
+}
+
+/// Spins before a thread waiting on [`fork_each`]'s other items starts
+/// yielding its core.
+const SPINS: u32 = 1024;
+
+/// Runs `f` on every item in parallel. A caller outside rayon's pools
+/// takes the first item itself, the rest spawned onto the helper pool
+/// ([`helper_pool`]), then spins until they end rather than sleeping:
+/// waking a sleeping thread costs 50–130 µs on a VM, which OpenMP's master
+/// thread avoids by working in its team. Inside a pool (or without the
+/// helper pool) rayon's own fork-join runs them on it. Returns whether the
+/// caller took an item.
+pub(crate) fn fork_each<T: Send>(work: Vec<T>, f: impl Fn(T) + Sync + Send) -> bool {
+    let outside = rayon::current_thread_index().is_none() && work.len() > 1;
+    let Some(pool) = outside.then(helper_pool).flatten() else {
+        work.into_par_iter().for_each(f);
+        return false;
+    };
+    let mut work = work.into_iter();
+    let first = work.next();
+    let pending = AtomicUsize::new(work.len());
+    pool.in_place_scope(|scope| {
+        for item in work {
+            let (f, pending) = (&f, &pending);
+            scope.spawn(move |_| {
+                // Counted even if `f` panics (the scope re-raises it), so
+                // that the caller's wait ends.
+                let _counted = Counted(pending);
+                f(item);
+            });
+        }
+        if let Some(first) = first {
+            f(first);
+        }
+        let mut spins = 0;
+        while pending.load(Ordering::Acquire) > 0 {
+            if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    });
+    true
+}
+
+/// Counts one of [`fork_each`]'s spawned items done when dropped.
+struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -196,7 +300,9 @@ mod tests {
 
     use rayon::prelude::*;
 
-    use super::{WAITERS, WARM_WINDOW_US, keep_warm, window_from};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::{WAITERS, WARM_WINDOW_US, fork_each, keep_warm, window_from};
 
     fn two_threads() -> rayon::ThreadPool {
         match rayon::ThreadPoolBuilder::new().num_threads(2).build() {
@@ -235,5 +341,40 @@ mod tests {
             live <= most,
             "{live} waiters alive, at most {most} expected"
         );
+    }
+
+    #[test]
+    fn fork_each_runs_every_item_once_the_first_on_a_caller_outside_the_pool() {
+        let caller = std::thread::current().id();
+        let runs: Vec<AtomicUsize> = (0..5).map(|_| AtomicUsize::new(0)).collect();
+        let first_ran_here = AtomicUsize::new(0);
+        let took_one = fork_each((0..5).collect(), |item: usize| {
+            runs[item].fetch_add(1, Ordering::Relaxed);
+            if item == 0 && std::thread::current().id() == caller {
+                first_ran_here.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        assert!(took_one);
+        assert_eq!(first_ran_here.load(Ordering::Relaxed), 1);
+        assert!(runs.iter().all(|runs| runs.load(Ordering::Relaxed) == 1));
+        // Inside the pool, rayon's fork-join runs them all.
+        let sum = AtomicUsize::new(0);
+        let took_one = two_threads().install(|| {
+            fork_each((1..=10).collect(), |item: usize| {
+                sum.fetch_add(item, Ordering::Relaxed);
+            })
+        });
+        assert!(!took_one);
+        assert_eq!(sum.load(Ordering::Relaxed), 55);
+    }
+
+    #[test]
+    fn a_panicking_item_of_fork_each_reaches_its_caller_instead_of_hanging_it() {
+        let outcome = std::panic::catch_unwind(|| {
+            fork_each(vec![0, 1, 2], |item: usize| {
+                assert_ne!(item, 2, "item 2 fails");
+            })
+        });
+        assert!(outcome.is_err());
     }
 }

@@ -295,9 +295,16 @@ fn measure(
         on_cpu.then(|| flops / median(&mut direct_samples) / 1e9)
     };
     let other_gflops = flops / median(&mut other_samples) / 1e9;
-    let host_figure = |value: f64| on_cpu.then(|| round1(value));
-    // A CPU Vulkan driver runs well under 1 GFLOPS: keep three figures there.
-    let figure = |value: f64| if on_cpu { round1(value) } else { round3(value) };
+    // Under 1 GFLOPS (a CPU Vulkan driver; a tiny product in a debug build
+    // on a busy machine) one decimal would read 0: keep three figures there.
+    let figure = |value: f64| {
+        if value >= 1.0 {
+            round1(value)
+        } else {
+            round3(value)
+        }
+    };
+    let host_figure = |value: f64| on_cpu.then(|| figure(value));
     let (kernel_name, reference) = match device {
         Device::Cpu(_) => (kernel.name(), Some("direct")),
         Device::Wgpu(_) => ("wgsl_tiled", None),

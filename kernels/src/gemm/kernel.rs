@@ -10,8 +10,6 @@
 
 use std::sync::OnceLock;
 
-use rayon::prelude::*;
-
 use super::GemmSpec;
 
 /// Products smaller than this (m·n·k multiply-adds) run as one call: below
@@ -219,7 +217,9 @@ impl Split {
 
 /// Splits C as [`Split::of`] and runs `block` on each block: independent
 /// tasks with no barrier between them, so a core taken by another thread
-/// (a stream executor, another process) delays only its own share. Small
+/// (a stream executor, another process) delays only its own share; a
+/// caller outside the pool computes one of them itself
+/// ([`crate::parallel::fork_each`]). Small
 /// products, and C too narrow to split, run as one call with `threads`
 /// set (true when the product is large enough to thread by itself).
 pub(super) fn split(spec: &GemmSpec, block: impl Fn(Block, bool) + Sync) {
@@ -241,33 +241,17 @@ pub(super) fn split_as(spec: &GemmSpec, plan: Split, block: impl Fn(Block, bool)
         return block(whole, work >= PARALLEL_WORK);
     }
     let share = extent.div_ceil(tasks).div_ceil(BLOCK_ALIGN) * BLOCK_ALIGN;
-    let _warm = WarmAfter;
-    (0..tasks).into_par_iter().for_each(|task| {
-        let start = task * share;
-        if start < extent {
-            let len = share.min(extent - start);
-            block(
-                Block {
-                    columns,
-                    start,
-                    len,
-                },
-                false,
-            );
-        }
-    });
-}
-
-/// Keeps the pool awake a while once the split it guards ends
-/// ([`crate::parallel::keep_warm`] for [`crate::parallel::warm_window`]).
-struct WarmAfter;
-
-impl Drop for WarmAfter {
-    fn drop(&mut self) {
-        if let Some(window) = crate::parallel::warm_window() {
-            crate::parallel::keep_warm(window);
-        }
-    }
+    let blocks: Vec<Block> = (0..tasks)
+        .map(|task| task * share)
+        .filter(|&start| start < extent)
+        .map(|start| Block {
+            columns,
+            start,
+            len: share.min(extent - start),
+        })
+        .collect();
+    let caller_took_one = crate::parallel::fork_each(blocks, |one| block(one, false));
+    crate::parallel::keep_warm_after_fork(caller_took_one);
 }
 
 /// A pointer that tasks share; each task touches only its own block.

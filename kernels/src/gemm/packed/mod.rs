@@ -6,22 +6,27 @@
 //! micro-panels; for each `mc` rows op(A) is packed into `MR`-tall
 //! micro-panels (kept in L2); then every `MR`×`NR` tile runs the
 //! micro-kernel, a B micro-panel staying in L1 across the tiles of one
-//! column. Where C is split among tasks, the operand each of them reads
-//! whole (op(A) for a split by columns, op(B) by rows) is packed once,
-//! its parts in parallel, before they start (up to `SHARED_PACK_LIMIT`).
+//! column. While a block computes, the source of the next one is
+//! prefetched into L2 (`prefetch`). Where C is split among tasks, the
+//! operand each of them reads whole (op(A) for a split by columns, op(B)
+//! by rows) is packed once for all of them (`shared`, up to
+//! `SHARED_PACK_LIMIT`).
 //! The bias and activation run on each tile after its last k step,
 //! while it is in L1. The tile (`MR`×`NR`) is the micro-kernel's, and the
 //! blocks (`Blocking`) are sized for the caches of the CPUs it runs on.
 
 mod pack;
+mod prefetch;
+mod shared;
 mod simd;
 #[cfg(test)]
 mod tests;
 
 use std::cell::RefCell;
-use std::ops::Range;
 
 use pack::{Operand, pack, packed_len};
+use prefetch::Lines;
+use shared::{LazyA, Shared, block_of, pack_up_front};
 use simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro, Out, Tile};
 
 use super::GemmSpec;
@@ -137,13 +142,6 @@ fn product_as<const MR: usize, const NR: usize>(
         blocking.kc
     };
     let plan = Split::of(spec);
-    // Every task reads the whole of the operand along the side C is not
-    // split on: pack it once, shared, rather than once per task.
-    let (lanes, source) = if plan.columns {
-        (spec.m, &operands.a)
-    } else {
-        (spec.n, &operands.b)
-    };
     let unshared = Job {
         micro,
         blocking,
@@ -154,30 +152,40 @@ fn product_as<const MR: usize, const NR: usize>(
     if plan.tasks <= 1 || shared_len > SHARED_PACK_LIMIT {
         return blocks::<MR, NR>(&unshared, spec, plan, operands, bias, c);
     }
+    // Every task reads the whole of the operand along the side C is not
+    // split on: pack it once, shared, rather than once per task.
     SHARED.with(|buffer| {
         // Only a re-entrant call finds it taken; its tasks pack their own.
         let Ok(mut buffer) = buffer.try_borrow_mut() else {
             return blocks::<MR, NR>(&unshared, spec, plan, operands, bias, c);
         };
         let packed = aligned(&mut buffer, shared_len);
-        rayon::scope(|_| {
-            let operand = (source, lanes);
-            let packed = if plan.columns {
-                pack_shared::<MR>(micro, operand, (spec.k, kc), plan.tasks, packed)
-            } else {
-                pack_shared::<NR>(micro, operand, (spec.k, kc), plan.tasks, packed)
-            };
-            let shared = Shared {
-                columns: plan.columns,
-                packed,
-            };
+        if plan.columns {
+            let blocks_of_a = (row_block::<MR>(blocking, spec.m), kc);
+            let lazy = LazyA::new::<MR>(micro, &operands.a, (spec.m, spec.k), blocks_of_a, packed);
             let job = Job {
-                shared: Some(shared),
+                shared: Some(Shared::A(lazy)),
                 ..unshared
             };
-            blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
-        });
+            return blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
+        }
+        let b = (&operands.b, spec.n);
+        let packed = pack_up_front::<NR>(micro, b, (spec.k, kc), plan.tasks, packed);
+        let job = Job {
+            shared: Some(Shared::B(packed)),
+            ..unshared
+        };
+        blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
     });
+}
+
+/// The rows of a block of op(A) for a task of `m` rows.
+fn row_block<const MR: usize>(blocking: Blocking, m: usize) -> usize {
+    if blocking.balanced {
+        balanced(m, blocking.mc, MR)
+    } else {
+        blocking.mc
+    }
 }
 
 /// The packed length of the operand every task of `plan` reads whole.
@@ -210,58 +218,6 @@ thread_local! {
     /// The calling thread's buffer for the shared packed operand, kept
     /// between products (up to `SHARED_PACK_LIMIT` floats).
     static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Packs all `lanes` of `source` by every `kc` steps of `k` into `dst`, its
-/// blocks one after another (block `pc` from `padded lanes · pc`), the
-/// work cut into `tasks` parts per block on rayon's pool; returns `dst`.
-fn pack_shared<'d, const W: usize>(
-    micro: Micro,
-    (source, lanes): (&Operand, usize),
-    (k, kc_block): (usize, usize),
-    tasks: usize,
-    dst: &'d mut [f32],
-) -> &'d [f32] {
-    let part = lanes.div_ceil(tasks).div_ceil(W) * W;
-    let mut units = Vec::with_capacity(k.div_ceil(kc_block) * tasks);
-    let mut rest = &mut *dst;
-    for pc in (0..k).step_by(kc_block) {
-        let kc = kc_block.min(k - pc);
-        for first in (0..lanes).step_by(part) {
-            let lane_range = first..(first + part).min(lanes);
-            let len = packed_len::<W>(lane_range.len(), kc);
-            let (unit, tail) = rest.split_at_mut(len);
-            rest = tail;
-            units.push((lane_range, pc..pc + kc, unit));
-        }
-    }
-    debug_assert!(rest.is_empty());
-    crate::parallel::run(units, true, |(lane_range, steps, unit)| {
-        pack::<W>(micro, source, lane_range, steps, unit);
-    });
-    dst
-}
-
-/// The operand packed once for every task ([`pack_shared`]'s layout): op(A)
-/// when C is split by `columns`, else op(B).
-struct Shared<'a> {
-    columns: bool,
-    packed: &'a [f32],
-}
-
-impl Shared<'_> {
-    /// The packed block of `lanes` (from a multiple of the tile's width
-    /// `W`, of `all` lanes in total) by `kc` steps from step `pc`.
-    fn block<const W: usize>(
-        &self,
-        lanes: Range<usize>,
-        all: usize,
-        pc: usize,
-        kc: usize,
-    ) -> &[f32] {
-        let start = packed_len::<W>(all, pc) + lanes.start * kc;
-        &self.packed[start..start + packed_len::<W>(lanes.len(), kc)]
-    }
 }
 
 /// Runs every task's block of C, cut as `plan` says.
@@ -309,11 +265,18 @@ unsafe fn one_block<const MR: usize, const NR: usize>(
         Some(bias) if block.columns => Some(&bias[block.start..block.start + block.len]),
         other => other,
     };
+    // A task's share of a split by columns starts at its own fraction of
+    // the row blocks of the shared op(A).
+    let first_row_block = match &job.shared {
+        Some(Shared::A(lazy)) => block.start * lazy.row_blocks() / spec.n,
+        _ => 0,
+    };
     let task = Task {
         job,
         operands: &operands,
         k: spec.k,
-        totals: (spec.m, spec.n),
+        all_n: spec.n,
+        first_row_block,
         epilogue: Epilogue {
             activation: spec.activation,
             bias,
@@ -376,12 +339,13 @@ struct Job<'a> {
 }
 
 /// One task's share: the job, the operands offset to its block, k, C's
-/// whole size (m, n) and the epilogue.
+/// columns, the row block it starts from and the epilogue.
 struct Task<'a> {
     job: &'a Job<'a>,
     operands: &'a Operands<'a>,
     k: usize,
-    totals: (usize, usize),
+    all_n: usize,
+    first_row_block: usize,
     epilogue: Epilogue<'a>,
 }
 
@@ -419,7 +383,8 @@ fn blocked_as<const MR: usize, const NR: usize>(
         job,
         operands,
         k,
-        totals: (all_m, all_n),
+        all_n,
+        first_row_block,
         ref epilogue,
     } = *task;
     let Job {
@@ -433,37 +398,74 @@ fn blocked_as<const MR: usize, const NR: usize>(
         a: a_buffer,
         b: b_buffer,
     } = buffers;
-    let mc_block = if blocking.balanced {
-        balanced(m, blocking.mc, MR)
-    } else {
-        blocking.mc
+    let (lazy_a, shared_b) = match shared {
+        Some(Shared::A(lazy)) => (Some(lazy), None),
+        Some(Shared::B(packed)) => (None, Some(*packed)),
+        None => (None, None),
     };
+    let mc_block = row_block::<MR>(blocking, m);
+    debug_assert!(lazy_a.is_none_or(|lazy| lazy.mc_block() == mc_block));
     let nc_block = blocking.nc;
+    let row_blocks = m.div_ceil(mc_block);
+    // The rows of the block a task computes on its `turn`-th.
+    let rows_at = |turn: usize| (first_row_block + turn) % row_blocks * mc_block;
     for jc in (0..n).step_by(nc_block) {
         let nc = nc_block.min(n - jc);
         for pc in (0..k).step_by(kc_block) {
             let kc = kc_block.min(k - pc);
-            let steps = pc..pc + kc;
-            let shared_b = shared.as_ref().filter(|shared| !shared.columns);
-            let b_packed = panels::<NR>(
-                micro,
-                shared_b,
-                (&operands.b, all_n),
-                jc..jc + nc,
-                steps.clone(),
-                b_buffer,
-            );
-            for ic in (0..m).step_by(mc_block) {
+            let b_packed = match shared_b {
+                Some(packed) => block_of::<NR>(packed, jc..jc + nc, all_n, pc, kc),
+                None => {
+                    let packed = aligned(b_buffer, packed_len::<NR>(nc, kc));
+                    pack::<NR>(micro, &operands.b, jc..jc + nc, pc..pc + kc, packed);
+                    packed
+                }
+            };
+            // The next block of op(B), fetched over this one's tiles.
+            let mut next_b = match shared_b {
+                Some(_) => Lines::none(),
+                None if pc + kc < k => {
+                    let steps = pc + kc..k.min(pc + kc + kc_block);
+                    Lines::of(&operands.b, jc..jc + nc, steps)
+                }
+                None if jc + nc < n => {
+                    let lanes = jc + nc..n.min(jc + nc + nc_block);
+                    Lines::of(&operands.b, lanes, 0..k.min(kc_block))
+                }
+                None => Lines::none(),
+            };
+            let b_rate = next_b.rate(m.div_ceil(MR) * nc.div_ceil(NR));
+            for turn in 0..row_blocks {
+                let ic = rows_at(turn);
                 let mc = mc_block.min(m - ic);
-                let shared_a = shared.as_ref().filter(|shared| shared.columns);
-                let a_packed = panels::<MR>(
-                    micro,
-                    shared_a,
-                    (&operands.a, all_m),
-                    ic..ic + mc,
-                    steps.clone(),
-                    a_buffer,
-                );
+                let a_packed = match lazy_a {
+                    Some(lazy) => lazy.block::<MR>(ic, pc),
+                    None => {
+                        let packed = aligned(a_buffer, packed_len::<MR>(mc, kc));
+                        pack::<MR>(micro, &operands.a, ic..ic + mc, pc..pc + kc, packed);
+                        packed
+                    }
+                };
+                // The next block of op(A) this task reaches, fetched over
+                // this one's tiles.
+                let next = if turn + 1 < row_blocks {
+                    Some((rows_at(turn + 1), pc))
+                } else if pc + kc < k {
+                    Some((rows_at(0), pc + kc))
+                } else if jc + nc < n {
+                    Some((rows_at(0), 0))
+                } else {
+                    None
+                };
+                let mut next_a = match (next, lazy_a) {
+                    (None, _) => Lines::none(),
+                    (Some((ic, pc)), Some(lazy)) => lazy.lines::<MR>(ic, pc),
+                    (Some((ic, pc)), None) => {
+                        let rows = ic..m.min(ic + mc_block);
+                        Lines::of(&operands.a, rows, pc..k.min(pc + kc_block))
+                    }
+                };
+                let a_rate = next_a.rate(mc.div_ceil(MR) * nc.div_ceil(NR));
                 for (jr, b_panel) in b_packed.chunks_exact(NR * kc).enumerate() {
                     for (ir, a_panel) in a_packed.chunks_exact(MR * kc).enumerate() {
                         let tile = Tile {
@@ -478,30 +480,11 @@ fn blocked_as<const MR: usize, const NR: usize>(
                         if pc + kc == k {
                             epilogue.apply(out, &tile);
                         }
+                        next_a.advance(a_rate);
+                        next_b.advance(b_rate);
                     }
                 }
             }
-        }
-    }
-}
-
-/// The packed panels of `lanes` × `steps` of `operand` (of `all` lanes):
-/// the block of `shared` where it holds this operand, else packed now
-/// into `buffer`.
-fn panels<'p, const W: usize>(
-    micro: Micro,
-    shared: Option<&'p Shared>,
-    (operand, all): (&Operand, usize),
-    lanes: Range<usize>,
-    steps: Range<usize>,
-    buffer: &'p mut Vec<f32>,
-) -> &'p [f32] {
-    match shared {
-        Some(shared) => shared.block::<W>(lanes, all, steps.start, steps.len()),
-        None => {
-            let packed = aligned(buffer, packed_len::<W>(lanes.len(), steps.len()));
-            pack::<W>(micro, operand, lanes, steps, packed);
-            packed
         }
     }
 }

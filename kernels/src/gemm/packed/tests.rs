@@ -10,6 +10,7 @@ mod gemm_reference;
 use gemm_reference::reference;
 
 use super::pack::{Operand, pack, packed_len};
+use super::shared::LazyA;
 use super::simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro};
 use super::{AVX2_BLOCKING, AVX512_BLOCKING, product_on, shares_a_packed_operand};
 use crate::gemm::GemmSpec;
@@ -282,6 +283,55 @@ fn packing_writes_every_lane_of_every_step_once_for_each_tile_width_and_layout()
                 check_packing::<AVX512_MR>(lanes, steps, adjacent);
                 check_packing::<AVX512_NR>(lanes, steps, adjacent);
             }
+        }
+    }
+}
+
+#[test]
+fn a_lazily_shared_operand_reads_the_same_in_whatever_order_its_tasks_reach_its_blocks() {
+    const W: usize = AVX2_MR;
+    let mut rng = SplitMix64::new(49);
+    for micro in Micro::available() {
+        // Rows and steps off the blocks; steps adjacent (A) and lanes
+        // adjacent (a transposed A).
+        for (rows, k, steps_adjacent) in [(131, 257, true), (97, 61, false)] {
+            let data = rng.symmetric_f32s(rows * k);
+            let (lane_stride, step_stride) = if steps_adjacent { (k, 1) } else { (1, rows) };
+            let source = Operand {
+                data: &data,
+                at: 0,
+                lane_stride,
+                step_stride,
+            };
+            let (mc, kc) = (4 * W, 64);
+            let mut buffer = vec![f32::NAN; packed_len::<W>(rows, k)];
+            let lazy = LazyA::new::<W>(micro, &source, (rows, k), (mc, kc), &mut buffer);
+            let blocks: Vec<(usize, usize)> = (0..k)
+                .step_by(kc)
+                .flat_map(|pc| (0..rows).step_by(mc).map(move |ic| (ic, pc)))
+                .collect();
+            // Three tasks at once, each from its own start, as a split's do.
+            std::thread::scope(|scope| {
+                for task in 0..3 {
+                    let (lazy, blocks, source) = (&lazy, &blocks, &source);
+                    scope.spawn(move || {
+                        let count = blocks.len();
+                        for turn in 0..count {
+                            let (ic, pc) = blocks[(task * count / 3 + turn) % count];
+                            let (mc, kc) = (mc.min(rows - ic), kc.min(k - pc));
+                            let mut want = vec![0.0; packed_len::<W>(mc, kc)];
+                            pack::<W>(micro, source, ic..ic + mc, pc..pc + kc, &mut want);
+                            let got = lazy.block::<W>(ic, pc);
+                            assert!(
+                                got.iter()
+                                    .zip(&want)
+                                    .all(|(g, w)| g.to_bits() == w.to_bits()),
+                                "{micro:?} block ({ic}, {pc}) of {rows}x{k}"
+                            );
+                        }
+                    });
+                }
+            });
         }
     }
 }
