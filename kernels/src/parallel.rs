@@ -163,9 +163,24 @@ pub(crate) fn zip2_mut(
     }
 }
 
-/// Spins before a thread waiting on [`fork_each`]'s other items starts
-/// yielding its core.
+/// Spins before a thread in [`spin_until`] starts yielding its core.
 const SPINS: u32 = 1024;
+
+/// Waits for `done` without sleeping: spins a while, then yields the core
+/// between looks. For waits of microseconds on work another running
+/// thread is finishing, where a sleep's wake-up (50–130 µs on a VM) would
+/// cost more than the wait.
+pub(crate) fn spin_until(mut done: impl FnMut() -> bool) {
+    let mut spins = 0;
+    while !done() {
+        if spins < SPINS {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
 
 /// Runs `f` on every item in parallel. A caller outside rayon's pools
 /// takes the first item itself, the rest spawned onto the helper pool
@@ -196,15 +211,7 @@ pub(crate) fn fork_each<T: Send>(work: Vec<T>, f: impl Fn(T) + Sync + Send) -> b
         if let Some(first) = first {
             f(first);
         }
-        let mut spins = 0;
-        while pending.load(Ordering::Acquire) > 0 {
-            if spins < SPINS {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        spin_until(|| pending.load(Ordering::Acquire) == 0);
     });
     true
 }
@@ -296,11 +303,10 @@ unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use rayon::prelude::*;
-
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::{WAITERS, WARM_WINDOW_US, fork_each, keep_warm, window_from};
 
@@ -336,7 +342,7 @@ mod tests {
         }
         // Other tests' products keep the global pool warm meanwhile.
         let most = rayon::current_num_threads().max(2);
-        let live = WAITERS.load(std::sync::atomic::Ordering::Acquire);
+        let live = WAITERS.load(Ordering::Acquire);
         assert!(
             live <= most,
             "{live} waiters alive, at most {most} expected"

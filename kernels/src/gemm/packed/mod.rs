@@ -415,11 +415,7 @@ fn blocked_as<const MR: usize, const NR: usize>(
             let kc = kc_block.min(k - pc);
             let b_packed = match shared_b {
                 Some(packed) => block_of::<NR>(packed, jc..jc + nc, all_n, pc, kc),
-                None => {
-                    let packed = aligned(b_buffer, packed_len::<NR>(nc, kc));
-                    pack::<NR>(micro, &operands.b, jc..jc + nc, pc..pc + kc, packed);
-                    packed
-                }
+                None => pack_into::<NR>(micro, &operands.b, jc..jc + nc, pc..pc + kc, b_buffer),
             };
             // The next block of op(B), fetched over this one's tiles.
             let mut next_b = match shared_b {
@@ -440,11 +436,7 @@ fn blocked_as<const MR: usize, const NR: usize>(
                 let mc = mc_block.min(m - ic);
                 let a_packed = match lazy_a {
                     Some(lazy) => lazy.block::<MR>(ic, pc),
-                    None => {
-                        let packed = aligned(a_buffer, packed_len::<MR>(mc, kc));
-                        pack::<MR>(micro, &operands.a, ic..ic + mc, pc..pc + kc, packed);
-                        packed
-                    }
+                    None => pack_into::<MR>(micro, &operands.a, ic..ic + mc, pc..pc + kc, a_buffer),
                 };
                 // The next block of op(A) this task reaches, fetched over
                 // this one's tiles.
@@ -487,4 +479,18 @@ fn blocked_as<const MR: usize, const NR: usize>(
             }
         }
     }
+}
+
+/// Packs `lanes` × `steps` of `operand` into `buffer` (a task's own) and
+/// returns the packed panels.
+fn pack_into<'p, const W: usize>(
+    micro: Micro,
+    operand: &Operand,
+    lanes: std::ops::Range<usize>,
+    steps: std::ops::Range<usize>,
+    buffer: &'p mut Vec<f32>,
+) -> &'p [f32] {
+    let packed = aligned(buffer, packed_len::<W>(lanes.len(), steps.len()));
+    pack::<W>(micro, operand, lanes, steps, packed);
+    packed
 }

@@ -87,9 +87,6 @@ const READY: u8 = 2;
 /// Its packer panicked.
 const FAILED: u8 = 3;
 
-/// Spins before a task waiting on a block starts yielding its core.
-const SPINS: u32 = 256;
-
 /// op(A) packed once for all the tasks of a split by columns, block by
 /// block (`mc_block` rows × `kc_block` steps): the first task to reach a
 /// block packs it, and another waits only where it arrives while that
@@ -214,17 +211,11 @@ impl Drop for Done<'_> {
 
 /// Waits for another task's packing of a block to end.
 fn wait_until_ready(claim: &AtomicU8) {
-    let mut spins = 0;
-    loop {
-        match claim.load(Ordering::Acquire) {
-            READY => return,
-            // Only after a panic in our own packing, which rayon re-raises.
-            FAILED => panic!("the task packing a shared block of A panicked"),
-            _ if spins < SPINS => {
-                spins += 1;
-                std::hint::spin_loop();
-            }
-            _ => std::thread::yield_now(),
-        }
-    }
+    crate::parallel::spin_until(|| claim.load(Ordering::Acquire) != PACKING);
+    // Only after a panic in our own packing, which rayon re-raises.
+    assert_eq!(
+        claim.load(Ordering::Acquire),
+        READY,
+        "the task packing a shared block of A panicked"
+    );
 }
