@@ -14,8 +14,15 @@ included, as strided views like autograd's), timed the same way: the
 median of as many samples as Cistern took, after 2 warm-up calls. The
 turns are per shape: `cistern bench gemm --shape S`, then torch.mm at S in
 one PyTorch process kept for the run (who goes first alternates), so both
-sides of a pair run within seconds of each other. PyTorch's environment
-drops OPENBLAS_* settings meant for other tools.
+sides of a pair run within seconds of each other. Cistern runs several
+products per sample (`products_per_sample`: the server's, the direct and
+the other kernel's, the pipelined ones); PyTorch runs as many per sample,
+timing one, so both sides' samples span as many seconds of the host's
+weather (a vCPU the host takes for a second halves a side's median). PyTorch's environment
+drops OPENBLAS_* settings meant for other tools. Each shape's summary gives
+both sides' share of the FMA peak their round measured (`peak_fraction`),
+of the median sample and of the fastest: the peak is the fastest of its
+runs, since other guests only ever slow a vCPU down.
 
 For train-step, PyTorch runs the step `cistern bench train-step` runs (an
 MLP 784-1024-1024-10, ReLU, batch 256, `nn.MSELoss`, random data) with
@@ -75,6 +82,7 @@ for request in sys.stdin:
     shape = json.loads(request)
     m, n, k, ta, tb, samples = (shape[key] for key in
                                 ("m", "n", "k", "transpose_a", "transpose_b", "samples"))
+    spread = shape.pop("spread", 1)
     a = torch.randn(k, m).t() if ta else torch.randn(m, k)
     b = torch.randn(n, k).t() if tb else torch.randn(k, n)
     c = torch.empty(m, n)
@@ -85,7 +93,10 @@ for request in sys.stdin:
         t = time.perf_counter()
         torch.mm(a, b, out=c)
         times.append(time.perf_counter() - t)
+        for _ in range(spread - 1):
+            torch.mm(a, b, out=c)
     shape["gflops"] = round(2 * m * n * k / statistics.median(times) / 1e9, 1)
+    shape["best_gflops"] = round(2 * m * n * k / min(times) / 1e9, 1)
     shape["bench"] = "pytorch_gemm"
     print(json.dumps(shape), flush=True)
 """
@@ -102,9 +113,11 @@ def shape_arg(shape):
 
 
 def cistern_shapes(binary):
-    """The shapes `cistern bench gemm` runs by default (one sample each: a warm-up too)."""
-    lines = json_lines([binary, "bench", "gemm", "--samples", "1"])
-    return [shape_of(l) for l in lines if l.get("bench") == "gemm"]
+    """The shapes `cistern bench gemm` runs by default (one sample each: a
+    warm-up too), and how many products it runs per sample."""
+    lines = [l for l in json_lines([binary, "bench", "gemm", "--samples", "1"])
+             if l.get("bench") == "gemm"]
+    return [shape_of(l) for l in lines], max(l.get("products_per_sample", 1) for l in lines)
 
 
 def cistern_gemm(binary, shape):
@@ -123,35 +136,38 @@ class TorchGemm:
                                         stdout=subprocess.PIPE, text=True, env=torch_env())
         self.info = json.loads(self.process.stdout.readline())
 
-    def gflops(self, shape):
+    def gflops(self, shape, spread):
         flops_per_shape, lo, hi = 3e10, 8, 60  # as src/bench/gemm.rs
         samples = max(lo, min(hi, int(flops_per_shape / (2 * shape[0] * shape[1] * shape[2]))))
-        self.process.stdin.write(json.dumps(dict(zip(SHAPE_KEYS, shape), samples=samples)) + "\n")
+        request = dict(zip(SHAPE_KEYS, shape), samples=samples, spread=spread)
+        self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
         if not answer:
             sys.exit(f"the PyTorch process ended (exit status {self.process.wait()})")
-        return json.loads(answer)["gflops"]
+        line = json.loads(answer)
+        return line["gflops"], line["best_gflops"]
 
     def close(self):
         self.process.stdin.close()
         self.process.wait()
 
 
-def gemm_round(a, round_, pairs, shapes, torch):
+def gemm_round(a, round_, pairs, shapes, spread, torch):
     # Shape by shape, each side right after the other (who goes first
     # alternating), so both see the same minutes of a shared machine.
     for index, shape in enumerate(shapes):
         if (round_ + index) % 2:
-            torch_gflops = torch.gflops(shape)
+            torch_gflops, torch_best = torch.gflops(shape, spread)
             line, peak = cistern_gemm(a.cistern, shape)
         else:
             line, peak = cistern_gemm(a.cistern, shape)
-            torch_gflops = torch.gflops(shape)
+            torch_gflops, torch_best = torch.gflops(shape, spread)
         pair = {"bench": "versus_pytorch", "what": "gemm", "round": round_,
                 **dict(zip(SHAPE_KEYS, shape)), "kernel": line.get("kernel"),
                 "cistern_gflops": line["gflops"], "direct_gflops": line["direct_gflops"],
                 "pytorch_gflops": torch_gflops,
+                "cistern_best_gflops": line.get("best_gflops"), "pytorch_best_gflops": torch_best,
                 "ratio": round(line["gflops"] / torch_gflops, 3) if torch_gflops else None,
                 "vs_direct": line.get("vs_direct"),
                 "pipelined_gflops": line.get("pipelined_gflops"),
@@ -163,6 +179,19 @@ def gemm_round(a, round_, pairs, shapes, torch):
 
 def median1(values):
     return round(statistics.median(values), 1)
+
+
+def peak_fractions(pairs):
+    """Each side's GFLOP/s over its round's FMA peak, the median over rounds:
+    of the median sample, and of the fastest (like the peak, the fastest
+    of its runs), for Cistern and for PyTorch."""
+    fractions = {}
+    for side, key in (("cistern", "cistern_gflops"), ("cistern_best", "cistern_best_gflops"),
+                      ("pytorch", "pytorch_gflops"), ("pytorch_best", "pytorch_best_gflops")):
+        values = [p[key] / p["fma_peak_gflops"] for p in pairs
+                  if p.get(key) and p.get("fma_peak_gflops")]
+        fractions[side] = round(statistics.median(values), 3) if values else None
+    return fractions
 
 
 def gemm_summary(pairs):
@@ -180,6 +209,7 @@ def gemm_summary(pairs):
                           "median_pytorch_gflops": median1([p["pytorch_gflops"] for p in mine]),
                           "median_pipelined_gflops": median1([p["pipelined_gflops"] for p in mine]),
                           "median_ratio": round(ratio, 3),
+                          "peak_fraction": peak_fractions(mine),
                           "median_vs_direct": round(statistics.median(p["vs_direct"] for p in mine), 3),
                           "rounds": len(mine)}))
     if medians:
@@ -257,11 +287,11 @@ def main():
     a = ap.parse_args()
     pairs = []
     if a.what == "gemm":
-        shapes, torch = cistern_shapes(a.cistern), TorchGemm(a.python)
+        (shapes, spread), torch = cistern_shapes(a.cistern), TorchGemm(a.python)
         print(json.dumps(torch.info), flush=True)
     for round_ in range(1, a.rounds + 1):
         if a.what == "gemm":
-            gemm_round(a, round_, pairs, shapes, torch)
+            gemm_round(a, round_, pairs, shapes, spread, torch)
         elif a.what == "train-step":
             train_round(a, round_, pairs)
         else:

@@ -74,11 +74,17 @@ fn bench_gemm_at_one_shape_prints_the_peak_and_that_product_with_its_references(
     assert!(line["kernel"].is_string(), "{line}");
     let figures = [
         "gflops",
+        "best_gflops",
+        "cold_gflops",
         "pipelined_gflops",
+        "products_per_sample",
         "direct_gflops",
         "other_gflops",
     ];
     assert_positive(line, &figures);
+    // The fastest sample is at least as fast as the median one.
+    let (best, median) = (line["best_gflops"].as_f64(), line["gflops"].as_f64());
+    assert!(best >= median, "{line}");
 }
 
 #[test]
