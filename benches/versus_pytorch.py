@@ -18,8 +18,9 @@ sides of a pair run within seconds of each other. Cistern runs several
 products per sample (`products_per_sample`: the server's, the direct and
 the other kernel's, the pipelined ones); PyTorch runs as many per sample,
 timing one, so both sides' samples span as many seconds of the host's
-weather (a vCPU the host takes for a second halves a side's median). PyTorch's environment
-drops OPENBLAS_* settings meant for other tools. Each shape's summary gives
+weather (a vCPU the host takes for a second halves a side's median).
+PyTorch's environment drops OPENBLAS_* settings meant for other tools.
+Each shape's summary gives
 both sides' share of the FMA peak their round measured (`peak_fraction`),
 of the median sample and of the fastest: the peak is the fastest of its
 runs, since other guests only ever slow a vCPU down.
