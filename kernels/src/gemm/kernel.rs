@@ -19,8 +19,9 @@ const PARALLEL_WORK: usize = 1 << 21;
 /// The fewest rows or columns of C one task gets.
 const MIN_BLOCK: usize = 64;
 
-/// At 256 bits, C this narrow (n ≤ it) goes to the `gemm` crate: with
-/// n = 10 and 32 the crate measured 1.3–2× the packed kernel, at 64 level.
+/// C this narrow (n ≤ it) goes to the `gemm` crate: at 256 bits with
+/// n = 10 and 32 the crate measured 1.3–2× the packed kernel, at 64 level;
+/// at 512 bits with n = 10, 1.3×.
 const NARROW_N: usize = 32;
 
 /// At 256 bits, a k this short (k ≤ it) goes to the `gemm` crate: with
@@ -82,17 +83,20 @@ impl GemmKernel {
     }
 
     /// The faster kernel for `spec` on a CPU whose widest FMA vector is
-    /// `bits` wide: at 512 bits [`GemmKernel::Packed`] when B is
-    /// transposed (where it measured ahead of the `gemm` crate; elsewhere
-    /// it measured level or behind); at 256 bits (AVX2 + FMA, measured on
-    /// Zen 3) [`GemmKernel::Packed`], which measured ahead of the `gemm`
-    /// crate or level with it, except for a narrow C or a short k
-    /// (n ≤ 32 or k ≤ 16: an MLP's last layer), where packing
-    /// and edge tiles cost more than the product and the crate measured
-    /// up to twice as fast; else [`Self::for_vector_bits`].
+    /// `bits` wide: at 512 bits (measured on Emerald Rapids)
+    /// [`GemmKernel::Packed`] when A or B is transposed and C is wider
+    /// than 32 columns, where it measured 1.1–1.6× the `gemm` crate; with
+    /// neither transposed the crate, which reads a row-major A unpacked,
+    /// measured 5–10 % ahead, and with n ≤ 32 up to 1.3×. At 256 bits
+    /// (AVX2 + FMA, measured on Zen 3) [`GemmKernel::Packed`], which
+    /// measured ahead of the `gemm` crate or level with it, except for a
+    /// narrow C or a short k (n ≤ 32 or k ≤ 16: an MLP's last layer),
+    /// where packing and edge tiles cost more than the product and the
+    /// crate measured up to twice as fast; else [`Self::for_vector_bits`].
     pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
+        let transposed = spec.transpose_a || spec.transpose_b;
         match bits {
-            512.. if spec.transpose_b => GemmKernel::Packed,
+            512.. if transposed && spec.n > NARROW_N => GemmKernel::Packed,
             256..512 if spec.n <= NARROW_N || spec.k <= SHORT_K => GemmKernel::Gemm,
             256..512 => GemmKernel::Packed,
             _ => Self::for_vector_bits(bits),

@@ -20,6 +20,8 @@ use std::arch::x86_64::{
 pub(super) const AVX512_MR: usize = 14;
 /// Columns of the AVX-512 kernel's tile (two 16-lane vectors).
 pub(super) const AVX512_NR: usize = 32;
+/// How many k steps ahead the AVX-512 kernel fetches B into L1.
+const B_AHEAD: usize = 16;
 /// Rows of the AVX2 + FMA kernel's tile: 6×16 in 12 accumulators, 2 B
 /// vectors and a broadcast (15 of the 16 `ymm` registers).
 pub(super) const AVX2_MR: usize = 6;
@@ -368,8 +370,21 @@ unsafe fn avx512<const ROWS: usize>(
     cols: usize,
     accumulate: bool,
 ) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // The tile of C is read or written after the k loop: ask for its lines
+    // now, so that they arrive during it.
+    for r in 0..ROWS {
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc).cast());
+        _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc + cols - 1).cast());
+    }
     let mut acc: [[__m512; 2]; ROWS] = [[_mm512_setzero_ps(); 2]; ROWS];
     for step in 0..kc {
+        // B streams from L2 (the A panel is the one kept in L1): fetch its
+        // lines `B_AHEAD` steps ahead, past the panel's end into the next
+        // panel, which the next tile reads. A prefetch never faults.
+        let ahead = b.wrapping_add((step + B_AHEAD) * AVX512_NR);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16).cast());
         // SAFETY: `step < kc`, so the step's AVX512_NR floats of B and its
         // AVX512_MR floats of A (ROWS ≤ AVX512_MR read) lie in the panels.
         let (a_step, b0, b1) = unsafe {
