@@ -85,9 +85,10 @@ impl GemmKernel {
     /// The faster kernel for `spec` on a CPU whose widest FMA vector is
     /// `bits` wide: at 512 bits (measured on Emerald Rapids)
     /// [`GemmKernel::Packed`] when A or B is transposed and C is wider
-    /// than 32 columns, where it measured 1.1–1.6× the `gemm` crate; with
-    /// neither transposed the crate, which reads a row-major A unpacked,
-    /// measured 5–10 % ahead, and with n ≤ 32 up to 1.3×. At 256 bits
+    /// than 32 columns, where it measured level with the `gemm` crate (A)
+    /// or 1.08× it (B); with neither transposed the crate, which reads a
+    /// row-major A unpacked, measured up to 8 % ahead, and with n ≤ 32
+    /// 1.3×. At 256 bits
     /// (AVX2 + FMA, measured on Zen 3) [`GemmKernel::Packed`], which
     /// measured ahead of the `gemm` crate or level with it, except for a
     /// narrow C or a short k (n ≤ 32 or k ≤ 16: an MLP's last layer),

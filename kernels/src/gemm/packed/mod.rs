@@ -6,9 +6,9 @@
 //! micro-panels; for each `mc` rows op(A) is packed into `MR`-tall
 //! micro-panels (kept in L2); then every `MR`×`NR` tile runs the
 //! micro-kernel, a B micro-panel staying in L1 across the tiles of one
-//! column (an A micro-panel across those of a row on AVX-512:
-//! `Blocking::a_resident`). While a block computes, the source of the next one is
-//! prefetched into L2 (`prefetch`). Where C is split among tasks, the
+//! column (on AVX-512 an A micro-panel across those of a row:
+//! `Blocking::a_resident`). While a block computes, the source of the
+//! next one is prefetched into L2 (`prefetch`). Where C is split among tasks, the
 //! operand each of them reads whole (op(A) for a split by columns, op(B)
 //! by rows) is packed once for all of them (`shared`, up to
 //! `SHARED_PACK_LIMIT`).
