@@ -23,7 +23,9 @@ PyTorch's environment drops OPENBLAS_* settings meant for other tools.
 Each shape's summary gives
 both sides' share of the FMA peak their round measured (`peak_fraction`),
 of the median sample and of the fastest: the peak is the fastest of its
-runs, since other guests only ever slow a vCPU down.
+runs, since other guests only ever slow a vCPU down. `--threads N` runs
+both sides (and the peak) on N threads, to compare how each scales;
+`--shape` (repeatable) limits the run to those shapes.
 
 For train-step, PyTorch runs the step `cistern bench train-step` runs (an
 MLP 784-1024-1024-10, ReLU, batch 256, `nn.MSELoss`, random data) with
@@ -33,6 +35,7 @@ MLP 784-1024-1024-10, ReLU, batch 256, `nn.MSELoss`, random data) with
 
 Usage: python3 benches/versus_pytorch.py [--rounds N] [--what adam|adamw|gemm|train-step]
        [--python PYTHON_WITH_TORCH] [--cistern target/release/cistern]
+       [--threads N] [--shape MxNxK[,ta][,tb]]...   (gemm only)
 Build first: cargo build --release. Not part of CI (it needs torch).
 """
 import argparse
@@ -56,6 +59,14 @@ def torch_env():
     return {k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS_")}
 
 
+def cistern_env(threads):
+    """This environment, with Cistern's GEMM on `threads` threads where set."""
+    env = dict(os.environ)
+    if threads:
+        env["RAYON_NUM_THREADS"] = str(threads)
+    return env
+
+
 def cistern_optim(binary, name):
     lines = json_lines([binary, "bench", "optim", "--optimizer", name, "--params", str(PARAMS)])
     (line,) = [l for l in lines if l.get("bench") == "optim"]
@@ -77,6 +88,8 @@ SHAPE_KEYS = ("m", "n", "k", "transpose_a", "transpose_b")
 TORCH_GEMM = r"""
 import json, statistics, sys, time
 import torch
+if int(sys.argv[1]):
+    torch.set_num_threads(int(sys.argv[1]))
 print(json.dumps({"bench": "pytorch_info", "torch": torch.__version__,
                   "threads": torch.get_num_threads()}), flush=True)
 for request in sys.stdin:
@@ -113,18 +126,21 @@ def shape_arg(shape):
     return f"{m}x{n}x{k}" + (",ta" if ta else "") + (",tb" if tb else "")
 
 
-def cistern_shapes(binary):
-    """The shapes `cistern bench gemm` runs by default (one sample each: a
-    warm-up too), and how many products it runs per sample."""
-    lines = [l for l in json_lines([binary, "bench", "gemm", "--samples", "1"])
+def cistern_shapes(binary, only):
+    """The shapes `cistern bench gemm` runs by default, or those of `only`
+    (`--shape` arguments), one sample each (a warm-up too), and how many
+    products it runs per sample."""
+    chosen = [arg for shape in only for arg in ("--shape", shape)]
+    lines = [l for l in json_lines([binary, "bench", "gemm", "--samples", "1", *chosen])
              if l.get("bench") == "gemm"]
     return [shape_of(l) for l in lines], max(l.get("products_per_sample", 1) for l in lines)
 
 
-def cistern_gemm(binary, shape):
-    """Cistern's gemm line at one shape, and the FMA peak its run measured first."""
-    lines = json_lines([binary, "bench", "gemm", "--shape", shape_arg(shape)])
-    peak = next((l.get("gflops") for l in lines if l.get("bench") == "fma_peak"), None)
+def cistern_gemm(binary, shape, threads):
+    """Cistern's gemm line at one shape, and the FMA peak line its run printed first."""
+    lines = json_lines([binary, "bench", "gemm", "--shape", shape_arg(shape)],
+                       env=cistern_env(threads))
+    peak = next((l for l in lines if l.get("bench") == "fma_peak"), {})
     (line,) = [l for l in lines if l.get("bench") == "gemm"]
     return line, peak
 
@@ -132,8 +148,9 @@ def cistern_gemm(binary, shape):
 class TorchGemm:
     """One PyTorch process for the whole run, timing torch.mm shape by shape."""
 
-    def __init__(self, python):
-        self.process = subprocess.Popen([python, "-c", TORCH_GEMM], stdin=subprocess.PIPE,
+    def __init__(self, python, threads):
+        self.process = subprocess.Popen([python, "-c", TORCH_GEMM, str(threads or 0)],
+                                        stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=torch_env())
         self.info = json.loads(self.process.stdout.readline())
 
@@ -160,9 +177,9 @@ def gemm_round(a, round_, pairs, shapes, spread, torch):
     for index, shape in enumerate(shapes):
         if (round_ + index) % 2:
             torch_gflops, torch_best = torch.gflops(shape, spread)
-            line, peak = cistern_gemm(a.cistern, shape)
+            line, peak = cistern_gemm(a.cistern, shape, a.threads)
         else:
-            line, peak = cistern_gemm(a.cistern, shape)
+            line, peak = cistern_gemm(a.cistern, shape, a.threads)
             torch_gflops, torch_best = torch.gflops(shape, spread)
         pair = {"bench": "versus_pytorch", "what": "gemm", "round": round_,
                 **dict(zip(SHAPE_KEYS, shape)), "kernel": line.get("kernel"),
@@ -173,7 +190,9 @@ def gemm_round(a, round_, pairs, shapes, spread, torch):
                 "vs_direct": line.get("vs_direct"),
                 "pipelined_gflops": line.get("pipelined_gflops"),
                 # A low peak marks a turn whose cores other work took.
-                "fma_peak_gflops": peak}
+                "fma_peak_gflops": peak.get("gflops"),
+                "cistern_threads": peak.get("threads"),
+                "pytorch_threads": torch.info.get("threads")}
         pairs.append(pair)
         print(json.dumps(pair), flush=True)
 
@@ -285,10 +304,16 @@ def main():
     ap.add_argument("--what", choices=["adam", "adamw", "gemm", "train-step"], default="adam")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--cistern", default=os.path.join(HERE, "..", "target", "release", "cistern"))
+    ap.add_argument("--threads", type=int, default=None,
+                    help="gemm: both sides on this many threads (RAYON_NUM_THREADS, "
+                         "torch.set_num_threads), the FMA peak too; default: every core")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="gemm: only this shape, as bench gemm's --shape (repeatable)")
     a = ap.parse_args()
     pairs = []
     if a.what == "gemm":
-        (shapes, spread), torch = cistern_shapes(a.cistern), TorchGemm(a.python)
+        (shapes, spread) = cistern_shapes(a.cistern, a.shape)
+        torch = TorchGemm(a.python, a.threads)
         print(json.dumps(torch.info), flush=True)
     for round_ in range(1, a.rounds + 1):
         if a.what == "gemm":

@@ -2,6 +2,8 @@
 //! lines keep their fields and same-run references, and a device that is
 //! not here is a clear refusal, never a panic.
 
+use std::process::Command;
+
 use cistern::runtime::{Device, list_devices};
 use serde_json::Value;
 
@@ -85,6 +87,23 @@ fn bench_gemm_at_one_shape_prints_the_peak_and_that_product_with_its_references(
     // The fastest sample is at least as fast as the median one.
     let (best, median) = (line["best_gflops"].as_f64(), line["gflops"].as_f64());
     assert!(best >= median, "{line}");
+}
+
+#[test]
+fn bench_gemm_measures_the_peak_on_as_many_threads_as_rayon_num_threads_gives_the_products() {
+    let run = Command::new(env!("CARGO_BIN_EXE_cistern"))
+        .args(["bench", "gemm", "--shape", "32x32x32", "--samples", "1"])
+        .env("RAYON_NUM_THREADS", "1")
+        .output();
+    let output = match run {
+        Ok(output) => output,
+        Err(error) => panic!("cannot run cistern: {error}"),
+    };
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines = json_lines(&stdout);
+    assert_eq!(lines[0]["bench"], "fma_peak", "{stdout}");
+    assert_eq!(lines[0]["threads"], 1, "{stdout}");
 }
 
 #[test]

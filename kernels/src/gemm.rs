@@ -92,6 +92,14 @@ pub fn gemm_with(
     Ok(())
 }
 
+/// The threads a product called from outside rayon's pools (a stream
+/// executor, a program) splits over: rayon's global pool, one per core
+/// unless `RAYON_NUM_THREADS` says otherwise. Benchmarks measure the FMA
+/// peak on as many.
+pub fn gemm_threads() -> usize {
+    rayon::current_num_threads()
+}
+
 /// One pass over C: add the bias to each row and apply the activation.
 fn epilogue(activation: Activation, bias: Option<&[f32]>, n: usize, c: &mut [f32]) {
     let row_pass = |row: &mut [f32]| match bias {

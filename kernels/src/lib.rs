@@ -28,7 +28,7 @@ pub use cistern_optim::Segment;
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
 pub use erf::{erf, erfc};
 pub use error::KernelError;
-pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_with};
+pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_threads, gemm_with};
 pub use optimizer::{
     ScaleRule, StepContext, StepOutcome, adagrad_step, adam_step, adamw_step, amp_unscale,
     amp_unscale_by_device_scale, amp_update_scale, lamb_step, optimizer_step,

@@ -33,7 +33,7 @@
 use std::time::Instant;
 
 use cistern_client::{Buffer, ComputeClient};
-use cistern_kernels::{GemmKernel, GemmSpec, gemm_with};
+use cistern_kernels::{GemmKernel, GemmSpec, gemm_threads, gemm_with};
 use cistern_memory::SplitMix64;
 use cistern_runtime::{Device, DeviceOptions, KernelLaunch};
 
@@ -130,7 +130,8 @@ pub fn run(device: Device, samples: Option<usize>, shapes: &[Shape]) -> Result<(
     let limit = 4 * 2 * largest;
     let client = ComputeClient::open(device, DeviceOptions::with_memory_limit(limit))
         .map_err(|e| format!("cannot open {device}: {e}"))?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // As many threads as the products split over (`RAYON_NUM_THREADS`).
+    let threads = gemm_threads();
     let peak = super::peak::fma_peak(threads);
     print_line(serde_json::json!({
         "bench": "fma_peak",
