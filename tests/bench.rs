@@ -2,13 +2,11 @@
 //! lines keep their fields and same-run references, and a device that is
 //! not here is a clear refusal, never a panic.
 
-use std::process::Command;
-
 use cistern::runtime::{Device, list_devices};
 use serde_json::Value;
 
 mod cli;
-use cli::{cistern, text};
+use cli::{cistern, cistern_with_env, text};
 
 #[test]
 fn a_cuda_bench_without_cuda_fails_with_a_clear_message_and_no_panic() {
@@ -91,14 +89,8 @@ fn bench_gemm_at_one_shape_prints_the_peak_and_that_product_with_its_references(
 
 #[test]
 fn bench_gemm_measures_the_peak_on_as_many_threads_as_rayon_num_threads_gives_the_products() {
-    let run = Command::new(env!("CARGO_BIN_EXE_cistern"))
-        .args(["bench", "gemm", "--shape", "32x32x32", "--samples", "1"])
-        .env("RAYON_NUM_THREADS", "1")
-        .output();
-    let output = match run {
-        Ok(output) => output,
-        Err(error) => panic!("cannot run cistern: {error}"),
-    };
+    let args = ["bench", "gemm", "--shape", "32x32x32", "--samples", "1"];
+    let output = cistern_with_env(&args, &[("RAYON_NUM_THREADS", "1")]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
     let lines = json_lines(&stdout);

@@ -92,10 +92,10 @@ pub fn gemm_with(
     Ok(())
 }
 
-/// The threads a product called from outside rayon's pools (a stream
-/// executor, a program) splits over: rayon's global pool, one per core
-/// unless `RAYON_NUM_THREADS` says otherwise. Benchmarks measure the FMA
-/// peak on as many.
+/// The threads a product splits over: the current rayon pool's; for a
+/// caller outside rayon's pools (a stream executor, a program) the global
+/// pool's, one per core unless `RAYON_NUM_THREADS` says otherwise.
+/// Benchmarks measure the FMA peak on as many.
 pub fn gemm_threads() -> usize {
     rayon::current_num_threads()
 }

@@ -5,8 +5,14 @@ use std::process::{Command, Output};
 
 /// Runs the built `cistern` with `args`, waiting for it to end.
 pub fn cistern(args: &[&str]) -> Output {
+    cistern_with_env(args, &[])
+}
+
+/// [`cistern`] with the environment variables `vars` set.
+pub fn cistern_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
     match Command::new(env!("CARGO_BIN_EXE_cistern"))
         .args(args)
+        .envs(vars.iter().copied())
         .output()
     {
         Ok(output) => output,

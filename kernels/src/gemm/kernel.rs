@@ -88,12 +88,12 @@ impl GemmKernel {
     /// than 32 columns, where it measured level with the `gemm` crate (A)
     /// or 1.08× it (B); with neither transposed the crate, which reads a
     /// row-major A unpacked, measured up to 8 % ahead, and with n ≤ 32
-    /// 1.3×. At 256 bits
-    /// (AVX2 + FMA, measured on Zen 3) [`GemmKernel::Packed`], which
-    /// measured ahead of the `gemm` crate or level with it, except for a
-    /// narrow C or a short k (n ≤ 32 or k ≤ 16: an MLP's last layer),
-    /// where packing and edge tiles cost more than the product and the
-    /// crate measured up to twice as fast; else [`Self::for_vector_bits`].
+    /// 1.3×. At 256 bits (AVX2 + FMA, measured on Zen 3)
+    /// [`GemmKernel::Packed`], which measured ahead of the `gemm` crate or
+    /// level with it, except for a narrow C or a short k (n ≤ 32 or
+    /// k ≤ 16: an MLP's last layer), where packing and edge tiles cost more
+    /// than the product and the crate measured up to twice as fast; else
+    /// [`Self::for_vector_bits`].
     pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
         let transposed = spec.transpose_a || spec.transpose_b;
         match bits {
@@ -210,7 +210,7 @@ impl Split {
         let columns = n >= m;
         let extent = if columns { n } else { m };
         let work = m.saturating_mul(n).saturating_mul(k);
-        let tasks = rayon::current_num_threads().min(extent / MIN_BLOCK);
+        let tasks = super::gemm_threads().min(extent / MIN_BLOCK);
         let tasks = if work < PARALLEL_WORK {
             1
         } else {
