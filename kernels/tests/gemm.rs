@@ -223,6 +223,26 @@ fn the_chosen_kernel_follows_the_cpus_widest_vector_unit() {
         assert_eq!(GemmKernel::for_shape(512, &transposed), GemmKernel::Packed);
     }
     assert_eq!(GemmKernel::for_shape(512, &square), GemmKernel::Gemm);
+    // With few columns for its rows the crate, which reads A in place,
+    // measured ahead of packing it (a small layer's weight gradient, the
+    // input gradient of a tall batch); the packed kernel where C is wide
+    // or, with B transposed, short.
+    for few_columns in [
+        spec(784, 64, 256, true, false),
+        spec(1024, 128, 1024, true, false),
+        spec(4096, 64, 256, false, true),
+        spec(1024, 128, 256, false, true),
+    ] {
+        assert_eq!(GemmKernel::for_shape(512, &few_columns), GemmKernel::Gemm);
+    }
+    for packed in [
+        spec(1024, 192, 256, true, false),
+        spec(64, 64, 4096, true, false),
+        spec(256, 64, 1024, false, true),
+        spec(1024, 64, 1024, true, true),
+    ] {
+        assert_eq!(GemmKernel::for_shape(512, &packed), GemmKernel::Packed);
+    }
     let narrow_weight_gradient = spec(1024, 10, 256, true, false);
     assert_eq!(
         GemmKernel::for_shape(512, &narrow_weight_gradient),

@@ -24,6 +24,22 @@ const MIN_BLOCK: usize = 64;
 /// at 512 bits with n = 10, 1.3×.
 const NARROW_N: usize = 32;
 
+/// At 512 bits, C with this few columns (n ≤ it) and many rows goes to
+/// the `gemm` crate where one operand is transposed (`at_512_bits`): the
+/// packed kernel's packing of op(A) is used only n / 32 times per panel.
+const FEW_COLUMNS: usize = 128;
+
+/// At 512 bits with A transposed and few columns, more rows than this go
+/// to the `gemm` crate (64×64×4096 measured 1.2–1.55× faster packed on
+/// Zen 5, 1.2× slower on Emerald Rapids).
+const FEW_ROWS: usize = 64;
+
+/// At 512 bits with B transposed and few columns, C this many times
+/// taller than wide goes to the `gemm` crate (on Zen 5 512×64 measured
+/// level and 256×64 1.8× faster packed, since the crate repacks a
+/// transposed B; on Emerald Rapids the crate led at both).
+const TALL: usize = 8;
+
 /// At 256 bits, a k this short (k ≤ it) goes to the `gemm` crate: with
 /// k = 10 the crate measured 1.4× the packed kernel, at 32 level.
 const SHORT_K: usize = 16;
@@ -83,24 +99,40 @@ impl GemmKernel {
     }
 
     /// The faster kernel for `spec` on a CPU whose widest FMA vector is
-    /// `bits` wide: at 512 bits (measured on Emerald Rapids)
-    /// [`GemmKernel::Packed`] when A or B is transposed and C is wider
-    /// than 32 columns, where it measured level with the `gemm` crate (A)
-    /// or 1.08× it (B); with neither transposed the crate, which reads a
-    /// row-major A unpacked, measured up to 8 % ahead, and with n ≤ 32
-    /// 1.3×. At 256 bits (AVX2 + FMA, measured on Zen 3)
-    /// [`GemmKernel::Packed`], which measured ahead of the `gemm` crate or
-    /// level with it, except for a narrow C or a short k (n ≤ 32 or
-    /// k ≤ 16: an MLP's last layer), where packing and edge tiles cost more
-    /// than the product and the crate measured up to twice as fast; else
-    /// [`Self::for_vector_bits`].
+    /// `bits` wide: at 512 bits [`Self::at_512_bits`]; at 256 bits
+    /// (AVX2 + FMA, measured on Zen 3) [`GemmKernel::Packed`], which
+    /// measured ahead of the `gemm` crate or level with it, except for a
+    /// narrow C or a short k (n ≤ 32 or k ≤ 16: an MLP's last layer),
+    /// where packing and edge tiles cost more than the product and the
+    /// crate measured up to twice as fast; else [`Self::for_vector_bits`].
     pub fn for_shape(bits: u32, spec: &GemmSpec) -> GemmKernel {
-        let transposed = spec.transpose_a || spec.transpose_b;
         match bits {
-            512.. if transposed && spec.n > NARROW_N => GemmKernel::Packed,
+            512.. => Self::at_512_bits(spec),
             256..512 if spec.n <= NARROW_N || spec.k <= SHORT_K => GemmKernel::Gemm,
             256..512 => GemmKernel::Packed,
             _ => Self::for_vector_bits(bits),
+        }
+    }
+
+    /// The faster kernel at 512 bits (measured on Emerald Rapids and Zen 5):
+    /// [`GemmKernel::Packed`] where A or B is transposed, where it measured
+    /// level with the `gemm` crate (A) or ahead of it (B: the crate repacks
+    /// a transposed B, 1.08–2.4×), except where C has few columns
+    /// (n ≤ 128) for its rows: packing op(A) then costs more than its
+    /// few uses save, and the crate, which reads A in place, measured
+    /// 1.04–1.5× ahead with A transposed (m > 64) and 1.1–1.7× with B
+    /// transposed where m ≥ 8n (with fewer rows Zen 5 ran packed 1.5–2.5×
+    /// faster, Emerald Rapids 1.07–1.27× slower). With neither transposed the crate, which
+    /// reads a row-major A unpacked, measured up to 8 % (Emerald Rapids)
+    /// and 20 % (Zen 5) ahead, and with n ≤ 32 1.3×.
+    fn at_512_bits(spec: &GemmSpec) -> GemmKernel {
+        let few_columns = spec.n <= FEW_COLUMNS;
+        match (spec.transpose_a, spec.transpose_b) {
+            _ if spec.n <= NARROW_N => GemmKernel::Gemm,
+            (false, false) => GemmKernel::Gemm,
+            (true, false) if few_columns && spec.m > FEW_ROWS => GemmKernel::Gemm,
+            (false, true) if few_columns && spec.m >= TALL * spec.n => GemmKernel::Gemm,
+            _ => GemmKernel::Packed,
         }
     }
 

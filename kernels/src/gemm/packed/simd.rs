@@ -159,39 +159,57 @@ fn portable<const MR: usize, const NR: usize>(out: &mut Out, tile: &Tile, a: &[f
     }
 }
 
-/// Dispatches to the AVX-512 kernel compiled for the tile's row count.
+/// Dispatches to the AVX-512 kernel compiled for the tile's row count and
+/// for its width: a tile of 16 columns or fewer (C's right edge) runs one
+/// vector per row, not two of which one is masked off whole.
 #[cfg(target_arch = "x86_64")]
 fn avx512_rows(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
+    if tile.cols <= 16 {
+        avx512_rows_of::<1>(out, tile, a, b);
+    } else {
+        avx512_rows_of::<2>(out, tile, a, b);
+    }
+}
+
+/// [`avx512_rows`] for tiles of `HALVES` 16-lane vectors per row.
+#[cfg(target_arch = "x86_64")]
+fn avx512_rows_of<const HALVES: usize>(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
     debug_assert!(tile.rows <= AVX512_MR && AVX512_MR == 14);
     match tile.rows {
-        14 => avx512_call::<14>(out, tile, a, b),
-        13 => avx512_call::<13>(out, tile, a, b),
-        12 => avx512_call::<12>(out, tile, a, b),
-        11 => avx512_call::<11>(out, tile, a, b),
-        10 => avx512_call::<10>(out, tile, a, b),
-        9 => avx512_call::<9>(out, tile, a, b),
-        8 => avx512_call::<8>(out, tile, a, b),
-        7 => avx512_call::<7>(out, tile, a, b),
-        6 => avx512_call::<6>(out, tile, a, b),
-        5 => avx512_call::<5>(out, tile, a, b),
-        4 => avx512_call::<4>(out, tile, a, b),
-        3 => avx512_call::<3>(out, tile, a, b),
-        2 => avx512_call::<2>(out, tile, a, b),
-        _ => avx512_call::<1>(out, tile, a, b),
+        14 => avx512_call::<14, HALVES>(out, tile, a, b),
+        13 => avx512_call::<13, HALVES>(out, tile, a, b),
+        12 => avx512_call::<12, HALVES>(out, tile, a, b),
+        11 => avx512_call::<11, HALVES>(out, tile, a, b),
+        10 => avx512_call::<10, HALVES>(out, tile, a, b),
+        9 => avx512_call::<9, HALVES>(out, tile, a, b),
+        8 => avx512_call::<8, HALVES>(out, tile, a, b),
+        7 => avx512_call::<7, HALVES>(out, tile, a, b),
+        6 => avx512_call::<6, HALVES>(out, tile, a, b),
+        5 => avx512_call::<5, HALVES>(out, tile, a, b),
+        4 => avx512_call::<4, HALVES>(out, tile, a, b),
+        3 => avx512_call::<3, HALVES>(out, tile, a, b),
+        2 => avx512_call::<2, HALVES>(out, tile, a, b),
+        _ => avx512_call::<1, HALVES>(out, tile, a, b),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-fn avx512_call<const ROWS: usize>(out: &mut Out, tile: &Tile, a: &[f32], b: &[f32]) {
-    debug_assert!(ROWS == tile.rows);
+fn avx512_call<const ROWS: usize, const HALVES: usize>(
+    out: &mut Out,
+    tile: &Tile,
+    a: &[f32],
+    b: &[f32],
+) {
+    debug_assert!(ROWS == tile.rows && tile.cols <= HALVES * 16);
     let offset = tile.row * out.ldc + tile.col;
     // SAFETY: `Micro::Avx512` is only detected where `avx512f` is present.
     // `tile` checked that the panels hold `kc` steps (the kernel reads
-    // `ROWS ≤ MR` of each A step and `NR` of each B step) and that the
-    // tile's rows and `cols` columns lie in the block, which is valid and
-    // ours alone (`Out::new`); columns past `cols` are masked off.
+    // `ROWS ≤ MR` of each A step and `HALVES · 16 ≤ NR` of each B step)
+    // and that the tile's rows and `cols` columns lie in the block, which
+    // is valid and ours alone (`Out::new`); columns past `cols` are masked
+    // off.
     unsafe {
-        avx512::<ROWS>(
+        avx512::<ROWS, HALVES>(
             tile.kc,
             a.as_ptr(),
             b.as_ptr(),
@@ -352,16 +370,17 @@ fn first_lanes(n: usize) -> __mmask16 {
     ((1u32 << n.min(16)) - 1) as __mmask16
 }
 
-/// `ROWS`×32 tile: two 16-lane accumulators per row, A broadcast from its
-/// packed step, B loaded as two vectors per step.
+/// `ROWS`×`16·HALVES` tile: `HALVES` (1 or 2) 16-lane accumulators per
+/// row, A broadcast from its packed step, B loaded as that many vectors
+/// per step.
 ///
 /// # Safety
 /// The CPU has `avx512f`; `a` holds `kc·AVX512_MR` and `b` `kc·AVX512_NR` readable
 /// floats; `c` is valid for reads and writes of `ROWS` rows of `cols`
-/// (1..=32) elements, `ldc` apart.
+/// (1..=`16·HALVES`) elements, `ldc` apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn avx512<const ROWS: usize>(
+unsafe fn avx512<const ROWS: usize, const HALVES: usize>(
     kc: usize,
     a: *const f32,
     b: *const f32,
@@ -371,35 +390,40 @@ unsafe fn avx512<const ROWS: usize>(
     accumulate: bool,
 ) {
     use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    debug_assert!((1..=2).contains(&HALVES) && cols <= 16 * HALVES);
     // The tile of C is read or written after the k loop: ask for its lines
     // now, so that they arrive during it.
     for r in 0..ROWS {
         _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc).cast());
         _mm_prefetch::<_MM_HINT_T0>(c.wrapping_add(r * ldc + cols - 1).cast());
     }
-    let mut acc: [[__m512; 2]; ROWS] = [[_mm512_setzero_ps(); 2]; ROWS];
+    let mut acc: [[__m512; HALVES]; ROWS] = [[_mm512_setzero_ps(); HALVES]; ROWS];
     for step in 0..kc {
-        // B streams from L2 (the A panel is the one kept in L1): fetch its
-        // lines `B_AHEAD` steps ahead, past the panel's end into the next
-        // panel, which the next tile reads. A prefetch never faults.
+        // B streams from L2 (the A panel is the one kept in L1): fetch the
+        // lines this tile reads `B_AHEAD` steps ahead, past the panel's end
+        // into the next panel, which the next tile reads. A prefetch never
+        // faults.
         let ahead = b.wrapping_add((step + B_AHEAD) * AVX512_NR);
-        _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16).cast());
-        // SAFETY: `step < kc`, so the step's AVX512_NR floats of B and its
-        // AVX512_MR floats of A (ROWS ≤ AVX512_MR read) lie in the panels.
-        let (a_step, b0, b1) = unsafe {
-            let b_step = b.add(step * AVX512_NR);
-            (
-                a.add(step * AVX512_MR),
-                _mm512_loadu_ps(b_step),
-                _mm512_loadu_ps(b_step.add(16)),
-            )
+        for half in 0..HALVES {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(16 * half).cast());
+        }
+        // SAFETY: `step < kc`, so the step's AVX512_NR floats of B (of
+        // which `HALVES · 16` are read) and its AVX512_MR floats of A
+        // (ROWS ≤ AVX512_MR read) lie in the panels.
+        let (a_step, b_step) = unsafe {
+            let b_at = b.add(step * AVX512_NR);
+            let mut b_step = [_mm512_setzero_ps(); HALVES];
+            for (half, vector) in b_step.iter_mut().enumerate() {
+                *vector = _mm512_loadu_ps(b_at.add(16 * half));
+            }
+            (a.add(step * AVX512_MR), b_step)
         };
         for (r, acc_row) in acc.iter_mut().enumerate() {
             // SAFETY: r < ROWS ≤ AVX512_MR, inside the step (above).
             let x = _mm512_set1_ps(unsafe { *a_step.add(r) });
-            acc_row[0] = _mm512_fmadd_ps(x, b0, acc_row[0]);
-            acc_row[1] = _mm512_fmadd_ps(x, b1, acc_row[1]);
+            for (sum, &y) in acc_row.iter_mut().zip(&b_step) {
+                *sum = _mm512_fmadd_ps(x, y, *sum);
+            }
         }
     }
     let masks = [first_lanes(cols), first_lanes(cols.saturating_sub(16))];
