@@ -7,8 +7,8 @@
 //! micro-panels (kept in L2); then every `MR`×`NR` tile runs the
 //! micro-kernel, a B micro-panel staying in L1 across the tiles of one
 //! column (on AVX-512 an A micro-panel across those of a row:
-//! `Blocking::a_resident`). While a block computes, the source of the
-//! next one is prefetched into L2 (`prefetch`). Where C is split among tasks, the
+//! `Blocking::a_resident`). On AVX2, while a block computes, the source
+//! of the next one is prefetched into L2 (`prefetch`). Where C is split among tasks, the
 //! operand each of them reads whole (op(A) for a split by columns, op(B)
 //! by rows) is packed once for all of them (`shared`, up to
 //! `SHARED_PACK_LIMIT`).
@@ -42,6 +42,8 @@ use crate::Activation;
 /// pass over C costs as much as a full block's). When `a_resident`, the
 /// tiles of a block run row by row, an A micro-panel staying in L1 while
 /// B's stream from L2; else column by column, a B micro-panel staying.
+/// When `prefetch_next`, the next block's source is fetched into L2 over
+/// the current block's tiles (`prefetch`).
 #[derive(Debug, Clone, Copy)]
 struct Blocking {
     kc: usize,
@@ -49,6 +51,7 @@ struct Blocking {
     nc: usize,
     balanced: bool,
     a_resident: bool,
+    prefetch_next: bool,
 }
 
 /// The block size, at most `block` and a multiple of `align` where it is
@@ -63,24 +66,29 @@ fn balanced(len: usize, block: usize, align: usize) -> usize {
 /// the B micro-panels (32 KiB each) stream from the packed B block
 /// (256×1024, 1 MiB) in L2. Kept resident instead, a B micro-panel and
 /// the A panels streaming past it overfill a 48 KiB L1: on Emerald
-/// Rapids that order measured 10–15 % slower.
+/// Rapids that order measured 10–15 % slower. Prefetching the next
+/// block's source there left the packing's time unchanged and slowed
+/// the tiles: 5–6 % on products with B transposed, 1 % with A.
 const AVX512_BLOCKING: Blocking = Blocking {
     kc: 256,
     mc: 8 * AVX512_MR,
     nc: 32 * AVX512_NR,
     balanced: false,
     a_resident: true,
+    prefetch_next: false,
 };
 
 /// AVX2 + FMA (6×16 tiles), for Zen 3 and Haswell-class caches (32 KiB
 /// L1d, 256–512 KiB L2): a B micro-panel is 16 KiB, in L1, and the packed
-/// A block (`mc`×`kc`) 144 KiB, in L2.
+/// A block (`mc`×`kc`) 144 KiB, in L2. The next block's source is
+/// prefetched: on Zen 3 packing from memory took 2–3 times as long.
 const AVX2_BLOCKING: Blocking = Blocking {
     kc: 256,
     mc: 24 * AVX2_MR,
     nc: 64 * AVX2_NR,
     balanced: true,
     a_resident: false,
+    prefetch_next: true,
 };
 
 /// `c ← act(op(a)·op(b) + bias)` for a spec whose lengths the caller has
@@ -428,6 +436,7 @@ fn blocked_as<const MR: usize, const NR: usize>(
             };
             // The next block of op(B), fetched over this one's tiles.
             let mut next_b = match shared_b {
+                _ if !blocking.prefetch_next => Lines::none(),
                 Some(_) => Lines::none(),
                 None if pc + kc < k => {
                     let steps = pc + kc..k.min(pc + kc + kc_block);
@@ -459,6 +468,7 @@ fn blocked_as<const MR: usize, const NR: usize>(
                     None
                 };
                 let mut next_a = match (next, lazy_a) {
+                    _ if !blocking.prefetch_next => Lines::none(),
                     (None, _) => Lines::none(),
                     (Some((ic, pc)), Some(lazy)) => lazy.lines::<MR>(ic, pc),
                     (Some((ic, pc)), None) => {

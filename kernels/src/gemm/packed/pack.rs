@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 
-use super::simd::{Micro, transpose_16};
+use super::simd::{Micro, transpose_steps};
 
 /// A row-major operand seen as a matrix of lanes × steps: element
 /// (`lane`, `step`) is `data[at + lane·lane_stride + step·step_stride]`.
@@ -97,7 +97,7 @@ fn lane_by_lane<const W: usize>(
 }
 
 /// Steps adjacent in the source (a row of A, a column of a transposed
-/// B): 16 steps of 16 lanes at a time through a register transpose, the
+/// B): 16 lanes at a time through register transposes of 16 steps, the
 /// last `kc mod 16` steps lane by lane.
 fn transposed<const W: usize>(
     micro: Micro,
@@ -109,17 +109,19 @@ fn transposed<const W: usize>(
     let kc = panel.len() / W;
     let whole = kc / 16 * 16;
     for first_lane in (0..W).step_by(16) {
-        let mut lanes: [&[f32]; 16] = [&[]; 16];
         let count = live.saturating_sub(first_lane).min(16);
-        for (i, lane) in lanes.iter_mut().enumerate().take(count) {
-            let from = base + (first_lane + i) * src.lane_stride;
-            *lane = &src.data[from..from + kc];
-        }
         let width = (W - first_lane).min(16);
-        for first_step in (0..whole).step_by(16) {
-            let dst = &mut panel[first_step * W + first_lane..];
-            transpose_16(micro, &lanes[..count], first_step, width, dst, W);
+        let dst = &mut panel[first_lane..];
+        if count == 0 {
+            // Lanes past the operand's edge: zero.
+            for step in dst.chunks_mut(W).take(whole) {
+                step[..width].fill(0.0);
+            }
+            continue;
         }
+        let source = &src.data[base + first_lane * src.lane_stride..];
+        let lanes = (source, src.lane_stride, count);
+        transpose_steps(micro, lanes, whole, (dst, W, width));
     }
     lane_by_lane::<W>(src, base, live, whole, panel);
 }

@@ -449,104 +449,136 @@ unsafe fn avx512<const ROWS: usize, const HALVES: usize>(
     }
 }
 
-/// Transposes 16 steps of up to 16 lanes into a packed panel: for
-/// `s < 16` and `l < width`, `dst[s·stride + l] = lanes[l][from + s]`,
-/// zero for `l ≥ lanes.len()`. Lanes past `width` are left untouched,
-/// except that where `width == stride < 8` the first lanes of step 16 (the
-/// next step the packing writes) may be overwritten, when `dst` holds them.
-pub(super) fn transpose_16(
+/// Transposes `steps` (a multiple of 16) steps of `count` (1..=16) lanes
+/// into a packed panel: for `s < steps` and `l < width`, `dst[s·stride + l]
+/// = src[l·lane_stride + s]`, zero for `l ≥ count`. Lanes past `width` are
+/// left untouched, except that where `width == stride < 8` the first
+/// lanes of step `steps` (the next step the packing writes) may be
+/// overwritten, when `dst` holds them.
+pub(super) fn transpose_steps(
     micro: Micro,
-    lanes: &[&[f32]],
-    from: usize,
-    width: usize,
-    dst: &mut [f32],
-    stride: usize,
+    (src, lane_stride, count): (&[f32], usize, usize),
+    steps: usize,
+    (dst, stride, width): (&mut [f32], usize, usize),
 ) {
-    assert!(lanes.len() <= width && width <= 16 && width <= stride);
-    assert!(lanes.iter().all(|lane| lane.len() >= from + 16));
-    assert!(dst.len() >= 15 * stride + width);
+    assert!((1..=width).contains(&count) && width <= 16 && width <= stride);
+    assert!(steps.is_multiple_of(16));
+    if steps == 0 {
+        return;
+    }
+    assert!(src.len() >= (count - 1) * lane_stride + steps);
+    assert!(dst.len() >= (steps - 1) * stride + width);
     match micro {
-        // SAFETY: `avx512f` was detected; every lane holds the 16 floats
-        // read from `from` and `dst` the 16 rows of `width` written (both
-        // asserted above).
+        // SAFETY: `avx512f` was detected; the lanes hold `steps` floats
+        // each and `dst` the `steps` rows of `width` written (asserted
+        // above).
         #[cfg(target_arch = "x86_64")]
-        Micro::Avx512 => unsafe { transpose_avx512(lanes, from, width, dst.as_mut_ptr(), stride) },
-        // SAFETY: as above, with `avx2` detected.
-        #[cfg(target_arch = "x86_64")]
-        Micro::Avx2Fma => unsafe {
-            let len = dst.len();
-            transpose_avx2(lanes, from, width, (dst.as_mut_ptr(), len), stride)
+        Micro::Avx512 => unsafe {
+            let panel = (dst.as_mut_ptr(), stride, width);
+            transpose_avx512(src.as_ptr(), (lane_stride, count), steps, panel);
         },
+        #[cfg(target_arch = "x86_64")]
+        Micro::Avx2Fma => {
+            let mut lanes: [&[f32]; 16] = [&[]; 16];
+            for (l, lane) in lanes.iter_mut().enumerate().take(count) {
+                *lane = &src[l * lane_stride..];
+            }
+            let lanes = &lanes[..count];
+            for from in (0..steps).step_by(16) {
+                let dst = &mut dst[from * stride..];
+                let len = dst.len();
+                // SAFETY: `avx2` was detected; every lane holds 16 floats
+                // from `from` and `dst` the 16 rows of `width` written
+                // (asserted above).
+                unsafe { transpose_avx2(lanes, from, width, (dst.as_mut_ptr(), len), stride) };
+            }
+        }
         _ => {
-            for s in 0..16 {
+            for s in 0..steps {
                 for l in 0..width {
-                    dst[s * stride + l] = lanes.get(l).map_or(0.0, |lane| lane[from + s]);
+                    dst[s * stride + l] = if l < count {
+                        src[l * lane_stride + s]
+                    } else {
+                        0.0
+                    };
                 }
             }
         }
     }
 }
 
+/// [`transpose_steps`] 16 steps at a time, the lanes loaded straight into
+/// registers (lanes past `count` masked to zero, their loads touching no
+/// memory) and the steps stored under the mask of `width` lanes.
+///
 /// # Safety
-/// As `transpose_16` asserts, on a CPU with `avx512f`.
+/// As `transpose_steps` asserts, on a CPU with `avx512f`: `src` holds
+/// `steps` floats from every `l·lane_stride`, `l < count`, and `dst` holds
+/// `width` floats at every `s·stride`, `s < steps`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn transpose_avx512(
-    lanes: &[&[f32]],
-    from: usize,
-    width: usize,
-    dst: *mut f32,
-    stride: usize,
+    src: *const f32,
+    (lane_stride, count): (usize, usize),
+    steps: usize,
+    (dst, stride, width): (*mut f32, usize, usize),
 ) {
     use std::arch::x86_64::{
         _mm512_shuffle_f32x4, _mm512_shuffle_ps, _mm512_unpackhi_ps, _mm512_unpacklo_ps,
     };
-    let mut rows = [_mm512_setzero_ps(); 16];
-    for (row, lane) in rows.iter_mut().zip(lanes) {
-        // SAFETY: the lane holds 16 floats from `from` (the caller).
-        *row = unsafe { _mm512_loadu_ps(lane.as_ptr().add(from)) };
-    }
-    // Per 128-bit lane L, `columns[4g + o]` holds column 4L + o of rows
-    // 4g..4g+4.
-    let mut columns = [_mm512_setzero_ps(); 16];
-    for g in 0..4 {
-        let r = &rows[4 * g..4 * g + 4];
-        let (lo01, hi01) = (
-            _mm512_unpacklo_ps(r[0], r[1]),
-            _mm512_unpackhi_ps(r[0], r[1]),
-        );
-        let (lo23, hi23) = (
-            _mm512_unpacklo_ps(r[2], r[3]),
-            _mm512_unpackhi_ps(r[2], r[3]),
-        );
-        columns[4 * g] = _mm512_shuffle_ps::<0x44>(lo01, lo23);
-        columns[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(lo01, lo23);
-        columns[4 * g + 2] = _mm512_shuffle_ps::<0x44>(hi01, hi23);
-        columns[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(hi01, hi23);
-    }
+    // Lanes past `count` read lane 0's address under an empty mask.
+    let lane_at: [usize; 16] = std::array::from_fn(|l| if l < count { l * lane_stride } else { 0 });
+    let live: [__mmask16; 16] = std::array::from_fn(|l| if l < count { 0xFFFF } else { 0 });
     let mask = first_lanes(width);
-    for o in 0..4 {
-        let q = [columns[o], columns[4 + o], columns[8 + o], columns[12 + o]];
-        let low = _mm512_shuffle_f32x4::<0x44>(q[0], q[1]);
-        let high = _mm512_shuffle_f32x4::<0xEE>(q[0], q[1]);
-        let low2 = _mm512_shuffle_f32x4::<0x44>(q[2], q[3]);
-        let high2 = _mm512_shuffle_f32x4::<0xEE>(q[2], q[3]);
-        let out = [
-            _mm512_shuffle_f32x4::<0x88>(low, low2),
-            _mm512_shuffle_f32x4::<0xDD>(low, low2),
-            _mm512_shuffle_f32x4::<0x88>(high, high2),
-            _mm512_shuffle_f32x4::<0xDD>(high, high2),
-        ];
-        for (quarter, &column) in out.iter().enumerate() {
-            let step = 4 * quarter + o;
-            // SAFETY: step < 16, and the caller's `dst` holds `width`
-            // floats at every `step · stride`; the mask stores only those.
-            unsafe { _mm512_mask_storeu_ps(dst.add(step * stride), mask, column) };
+    for from in (0..steps).step_by(16) {
+        // SAFETY: a live lane holds `steps` floats from its start (the
+        // caller), 16 of them read from `from < steps`; a masked-off load
+        // reads nothing.
+        let rows: [__m512; 16] = std::array::from_fn(|l| unsafe {
+            _mm512_maskz_loadu_ps(live[l], src.add(lane_at[l] + from))
+        });
+        // Per 128-bit lane L, `columns[4g + o]` holds column 4L + o of
+        // rows 4g..4g+4.
+        let mut columns = [_mm512_setzero_ps(); 16];
+        for g in 0..4 {
+            let r = &rows[4 * g..4 * g + 4];
+            let (lo01, hi01) = (
+                _mm512_unpacklo_ps(r[0], r[1]),
+                _mm512_unpackhi_ps(r[0], r[1]),
+            );
+            let (lo23, hi23) = (
+                _mm512_unpacklo_ps(r[2], r[3]),
+                _mm512_unpackhi_ps(r[2], r[3]),
+            );
+            columns[4 * g] = _mm512_shuffle_ps::<0x44>(lo01, lo23);
+            columns[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(lo01, lo23);
+            columns[4 * g + 2] = _mm512_shuffle_ps::<0x44>(hi01, hi23);
+            columns[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(hi01, hi23);
+        }
+        for o in 0..4 {
+            let q = [columns[o], columns[4 + o], columns[8 + o], columns[12 + o]];
+            let low = _mm512_shuffle_f32x4::<0x44>(q[0], q[1]);
+            let high = _mm512_shuffle_f32x4::<0xEE>(q[0], q[1]);
+            let low2 = _mm512_shuffle_f32x4::<0x44>(q[2], q[3]);
+            let high2 = _mm512_shuffle_f32x4::<0xEE>(q[2], q[3]);
+            let out = [
+                _mm512_shuffle_f32x4::<0x88>(low, low2),
+                _mm512_shuffle_f32x4::<0xDD>(low, low2),
+                _mm512_shuffle_f32x4::<0x88>(high, high2),
+                _mm512_shuffle_f32x4::<0xDD>(high, high2),
+            ];
+            for (quarter, &column) in out.iter().enumerate() {
+                let step = from + 4 * quarter + o;
+                // SAFETY: step < steps, and the caller's `dst` holds
+                // `width` floats at every `step · stride`; the mask stores
+                // only those.
+                unsafe { _mm512_mask_storeu_ps(dst.add(step * stride), mask, column) };
+            }
         }
     }
 }
 
-/// `transpose_16` as four 8×8 register transposes. The steps are stored
+/// 16 steps of [`transpose_steps`] as four 8×8 register transposes. The steps are stored
 /// in order, each as one 8-lane store where it fits in `dst`: a group of
 /// fewer than 8 lanes (a 6-row A panel) then spills into the next step,
 /// which its own store overwrites after. AMD's `vmaskmovps` stores with a
@@ -554,8 +586,8 @@ unsafe fn transpose_avx512(
 /// a group's last lanes where nothing follows them.
 ///
 /// # Safety
-/// As `transpose_16` asserts, on a CPU with `avx2`; `dst` is the start and
-/// length of `transpose_16`'s destination.
+/// Every lane holds 16 floats from `from` and `dst` (its start and
+/// length) 16 rows of `width` floats, `stride` apart, on a CPU with `avx2`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn transpose_avx2(
