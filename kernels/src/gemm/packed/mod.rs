@@ -8,10 +8,10 @@
 //! micro-kernel, a B micro-panel staying in L1 across the tiles of one
 //! column (on AVX-512 an A micro-panel across those of a row:
 //! `Blocking::a_resident`). On AVX2, while a block computes, the source
-//! of the next one is prefetched into L2 (`prefetch`). Where C is split among tasks, the
-//! operand each of them reads whole (op(A) for a split by columns, op(B)
-//! by rows) is packed once for all of them (`shared`, up to
-//! `SHARED_PACK_LIMIT`).
+//! of the next one is prefetched into L2 (`prefetch`). Where C is split
+//! among tasks, the operand each of them reads whole (op(A) for a split
+//! by columns, op(B) by rows) is packed once for all of them (`shared`,
+//! up to `SHARED_PACK_LIMIT`).
 //! The bias and activation run on each tile after its last k step,
 //! while it is in L1. The tile (`MR`×`NR`) is the micro-kernel's, and the
 //! blocks (`Blocking`) are sized for the caches of the CPUs it runs on.

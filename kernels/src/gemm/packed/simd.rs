@@ -578,12 +578,13 @@ unsafe fn transpose_avx512(
     }
 }
 
-/// 16 steps of [`transpose_steps`] as four 8×8 register transposes. The steps are stored
-/// in order, each as one 8-lane store where it fits in `dst`: a group of
-/// fewer than 8 lanes (a 6-row A panel) then spills into the next step,
-/// which its own store overwrites after. AMD's `vmaskmovps` stores with a
-/// partial mask cost about four times a plain one, so the mask is kept for
-/// a group's last lanes where nothing follows them.
+/// 16 steps of [`transpose_steps`] as four 8×8 register transposes. The
+/// steps are stored in order, each as one 8-lane store where it fits in
+/// `dst`: a group of fewer than 8 lanes (a 6-row A panel) then spills
+/// into the next step, which its own store overwrites after. AMD's
+/// `vmaskmovps` stores with a partial mask cost about four times a plain
+/// one, so the mask is kept for a group's last lanes where nothing
+/// follows them.
 ///
 /// # Safety
 /// Every lane holds 16 floats from `from` and `dst` (its start and
