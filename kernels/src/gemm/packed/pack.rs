@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 
-use super::simd::{Micro, transpose_steps};
+use super::simd::{Micro, copy_steps, transpose_steps};
 
 /// A row-major operand seen as a matrix of lanes × steps: element
 /// (`lane`, `step`) is `data[at + lane·lane_stride + step·step_stride]`.
@@ -40,7 +40,7 @@ pub(super) fn pack<const W: usize>(
         let live = W.min(lanes.end - first);
         let base = src.at + first * src.lane_stride + steps.start * src.step_stride;
         if src.lane_stride == 1 {
-            lanes_contiguous::<W>(src, base, live, panel);
+            lanes_contiguous::<W>(micro, src, base, live, panel);
         } else if src.step_stride == 1 {
             transposed::<W>(micro, src, base, live, panel);
         } else {
@@ -50,18 +50,20 @@ pub(super) fn pack<const W: usize>(
 }
 
 /// Each step's lanes are adjacent in the source: one copy per step.
-fn lanes_contiguous<const W: usize>(src: &Operand, base: usize, live: usize, panel: &mut [f32]) {
-    for (step, dst) in panel.chunks_exact_mut(W).enumerate() {
-        let from = base + step * src.step_stride;
-        if live == W {
-            // A copy of a constant length, inlined: `W` floats through a
-            // `memmove` call per step cost more than the copy.
-            dst[..W].copy_from_slice(&src.data[from..from + W]);
-        } else {
-            dst[..live].copy_from_slice(&src.data[from..from + live]);
-            dst[live..].fill(0.0);
-        }
-    }
+fn lanes_contiguous<const W: usize>(
+    micro: Micro,
+    src: &Operand,
+    base: usize,
+    live: usize,
+    panel: &mut [f32],
+) {
+    let steps = panel.len() / W;
+    copy_steps::<W>(
+        micro,
+        (&src.data[base..], src.step_stride, live),
+        steps,
+        panel,
+    );
 }
 
 /// Lanes apart in the source (its steps adjacent, as a row of A or a
