@@ -40,30 +40,16 @@ pub(super) fn pack<const W: usize>(
         let live = W.min(lanes.end - first);
         let base = src.at + first * src.lane_stride + steps.start * src.step_stride;
         if src.lane_stride == 1 {
-            lanes_contiguous::<W>(micro, src, base, live, panel);
+            // Each step's lanes adjacent in the source: one copy per step.
+            let steps = panel.len() / W;
+            let from = (&src.data[base..], src.step_stride, live);
+            copy_steps::<W>(micro, from, steps, panel);
         } else if src.step_stride == 1 {
             transposed::<W>(micro, src, base, live, panel);
         } else {
             lane_by_lane::<W>(src, base, live, 0, panel);
         }
     }
-}
-
-/// Each step's lanes are adjacent in the source: one copy per step.
-fn lanes_contiguous<const W: usize>(
-    micro: Micro,
-    src: &Operand,
-    base: usize,
-    live: usize,
-    panel: &mut [f32],
-) {
-    let steps = panel.len() / W;
-    copy_steps::<W>(
-        micro,
-        (&src.data[base..], src.step_stride, live),
-        steps,
-        panel,
-    );
 }
 
 /// Lanes apart in the source (its steps adjacent, as a row of A or a
