@@ -114,7 +114,8 @@ impl GemmKernel {
         }
     }
 
-    /// The faster kernel at 512 bits (measured on Emerald Rapids and Zen 5):
+    /// The faster kernel at 512 bits (measured on Emerald Rapids and Zen 5,
+    /// checked on Zen 4):
     /// [`GemmKernel::Packed`] where A or B is transposed, where it measured
     /// level with the `gemm` crate (A) or ahead of it (B: the crate repacks
     /// a transposed B, 1.08–2.4×), except where C has few columns
