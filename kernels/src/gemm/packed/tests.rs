@@ -276,7 +276,13 @@ fn check_packing<const W: usize>(lanes: usize, steps: usize, steps_adjacent: boo
 #[test]
 fn packing_writes_every_lane_of_every_step_once_for_each_tile_width_and_layout() {
     for steps in [1, 15, 16, 17, 31, 32, 33, 48, 100] {
-        for lanes in [1, 5, 6, 7, 12, 13, 14, 15, 16, 17, 31, 32, 33] {
+        // A lanes-contiguous block is copied in groups of whole panels of
+        // up to 128 lanes: sizes off every group's boundary too.
+        let groups = [111, 112, 126, 127, 128, 129, 140, 257, 300];
+        for lanes in [1, 5, 6, 7, 12, 13, 14, 15, 16, 17, 31, 32, 33]
+            .into_iter()
+            .chain(groups)
+        {
             for adjacent in [true, false] {
                 check_packing::<AVX2_MR>(lanes, steps, adjacent);
                 check_packing::<AVX2_NR>(lanes, steps, adjacent);
