@@ -26,12 +26,10 @@ pub(super) fn packed_len<const W: usize>(lanes: usize, kc: usize) -> usize {
 
 /// How many lanes of each step a lanes-contiguous operand's packing
 /// copies per pass over the steps (whole panels, at least one): 512
-/// bytes. Panel by panel (14 or 32 lanes), the source rows, often 4 KiB
-/// apart, were each read in 56- or 128-byte pieces, one pass per panel;
-/// the whole block's lanes per pass (16 panels of op(B)) writes panels
-/// 32 KiB apart at once. On Zen 4, packing a 112×256 block of op(A)
-/// from rows 4 KiB apart took 2.4 times less time this way than panel
-/// by panel, and a 512×256 block of op(B) 1.6 times less.
+/// bytes of each source row at a time, rather than one panel's 56 or
+/// 128 (2.4× faster for op(A), 1.6× for op(B) from rows 4 KiB apart,
+/// Zen 4), and not a whole block's, whose 16 op(B) panels 32 KiB apart
+/// written at once measured 2× slower.
 const COPIED_LANES: usize = 128;
 
 /// Packs `lanes` × `steps` of `src` into `dst` (`packed_len` long): one
