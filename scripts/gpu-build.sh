@@ -12,15 +12,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${1:-target/gpu}"
 LIMIT_MIB=60
 # The binaries gpu-check.sh runs, by the names they get in $OUT.
-BINARIES="cistern conformance cuda"
+BINARIES="cistern conformance cuda cuda_sticky_fault"
 
 FEATURES="cli,cuda"
 mkdir -p "$OUT" target
-rm -f "$OUT"/*
+rm -rf "${OUT:?}"/*
 
 # Test executables, found from cargo's JSON messages.
 cargo test --release --no-run -p cistern --no-default-features --features "$FEATURES" \
-    --test conformance --message-format=json >target/gpu-build-root.json
+    --test conformance --test cuda_sticky_fault --message-format=json >target/gpu-build-root.json
 cargo test --release --no-run -p cistern-runtime --features cuda \
     --test cuda --message-format=json >target/gpu-build-runtime.json
 cargo build --release -p cistern --no-default-features --features "$FEATURES" --bin cistern
@@ -43,11 +43,17 @@ for line in open(path):
 
 cp "$(executable_of conformance target/gpu-build-root.json)" "$OUT/conformance"
 cp "$(executable_of cuda target/gpu-build-runtime.json)" "$OUT/cuda"
+cp "$(executable_of cuda_sticky_fault target/gpu-build-root.json)" "$OUT/cuda_sticky_fault"
 cp target/release/cistern "$OUT/cistern"
 for binary in $BINARIES; do
     strip "$OUT/$binary"
 done
 cp scripts/gpu-check.sh "$OUT/"
+# What gpu-check.sh builds or runs there besides: the CUDA reference
+# (built with the machine's nvcc from the kernels' own sources) and
+# PyTorch's side of the figures.
+mkdir -p "$OUT/src"
+cp kernels/src/cuda/* benches/cuda/*.cu benches/cuda_pytorch.py "$OUT/src/"
 
 size_mib=$(( $(du -sb "$OUT" | cut -f1) / 1048576 ))
 echo "gpu-build: $OUT holds $BINARIES (${size_mib} MiB)"

@@ -26,23 +26,24 @@ extern "C" __global__ void cistern_scale(float* x, float factor, u64 n) {
     }
 }
 
-// a <- a + alpha * c, as fmaf: the CPU's `mul_add`.
+// a <- a + alpha * c, the product rounded before the add, as the CPU's
+// `*a += s * c` (and --fmad=false keeps them apart).
 extern "C" __global__ void cistern_axpy(float* a, float alpha, const float* c, u64 n) {
     if (cistern_aligned16(a) && cistern_aligned16(c)) {
         u64 quads = n / 4;
         CISTERN_GRID_STRIDE(q, quads) {
             float4 va = reinterpret_cast<float4*>(a)[q];
             float4 vc = reinterpret_cast<const float4*>(c)[q];
-            va.x = fmaf(alpha, vc.x, va.x); va.y = fmaf(alpha, vc.y, va.y);
-            va.z = fmaf(alpha, vc.z, va.z); va.w = fmaf(alpha, vc.w, va.w);
+            va.x = va.x + alpha * vc.x; va.y = va.y + alpha * vc.y;
+            va.z = va.z + alpha * vc.z; va.w = va.w + alpha * vc.w;
             reinterpret_cast<float4*>(a)[q] = va;
         }
         CISTERN_GRID_STRIDE(i, n - quads * 4) {
             u64 j = quads * 4 + i;
-            a[j] = fmaf(alpha, c[j], a[j]);
+            a[j] = a[j] + alpha * c[j];
         }
     } else {
-        CISTERN_GRID_STRIDE(i, n) { a[i] = fmaf(alpha, c[i], a[i]); }
+        CISTERN_GRID_STRIDE(i, n) { a[i] = a[i] + alpha * c[i]; }
     }
 }
 

@@ -122,15 +122,28 @@ impl CudaStream {
         queued: usize,
         outcome: Result<(), (usize, LaunchError)>,
     ) -> Result<(), (usize, LaunchError)> {
+        let queued = queued.min(launches.len());
         if let Err(error) = ffi::stream_synchronize(stream) {
-            let last = queued.max(1) - 1;
-            let kernel = launches.get(last).map_or("?", |l| l.kernel.name());
+            // A stream runs its kernels one after another: where the batch
+            // holds a trap, what came before it ran; else which launch
+            // faulted is unknown, and none is counted.
+            let (at, ran) = match first_trap(&launches[..queued]) {
+                Some(trap) => (trap, trap),
+                None => (queued.max(1) - 1, 0),
+            };
+            self.count(&launches[..ran]);
+            let kernel = launches.get(at).map_or("?", |l| l.kernel.name());
             return Err((
-                last,
+                at,
                 LaunchError::Fault(fault(&format!("sync after {kernel}"), &error)),
             ));
         }
-        let ran = &launches[..queued.min(launches.len())];
+        self.count(&launches[..queued]);
+        outcome
+    }
+
+    /// Counts `ran` as run by the device.
+    fn count(&self, ran: &[BoundLaunch<CudaSlice>]) {
         let empty = ran
             .iter()
             .filter(|l| matches!(l.kernel, Kernel::Empty))
@@ -141,8 +154,14 @@ impl CudaStream {
         self.counters
             .kernels_run
             .fetch_add(ran.len() as u64, Ordering::Relaxed);
-        outcome
     }
+}
+
+/// The index of the first trap kernel among `launches`.
+fn first_trap(launches: &[BoundLaunch<CudaSlice>]) -> Option<usize> {
+    launches
+        .iter()
+        .position(|l| matches!(l.kernel, Kernel::Trap))
 }
 
 /// Queues `launches` in order until one fails: how many were queued, and

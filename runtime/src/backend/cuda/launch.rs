@@ -63,12 +63,27 @@ impl Arg {
 
 /// Rows and columns of C one `cistern_gemm` block computes (`gemm.cu`).
 const GEMM_TILE: u64 = 64;
+/// Rows and columns of C one `cistern_gemm_large` block computes.
+const GEMM_LARGE_TILE: u64 = 128;
+/// The fewest 128×128 tiles for which `cistern_gemm_large` is chosen: below
+/// it, the large tiles would leave most of a big GPU's multiprocessors idle
+/// (an H200 has 132), and 64×64 tiles spread the product further.
+const GEMM_LARGE_MIN_TILES: u64 = 128;
 
-/// The 64×64 tiles covering an `m×n` C (edge tiles included): the blocks
-/// `cistern_gemm` wants (it strides over tiles past the grid's cap);
-/// `None` when the count overflows.
-fn gemm_tiles(m: u64, n: u64) -> Option<u64> {
-    m.div_ceil(GEMM_TILE).checked_mul(n.div_ceil(GEMM_TILE))
+/// The `tile`×`tile` tiles covering an `m×n` C (edge tiles included): the
+/// blocks a GEMM kernel of that tile wants (it strides over tiles past the
+/// grid's cap); `None` when the count overflows.
+fn gemm_tiles(m: u64, n: u64, tile: u64) -> Option<u64> {
+    m.div_ceil(tile).checked_mul(n.div_ceil(tile))
+}
+
+/// The GEMM kernel for an `m×n` C and the blocks it wants.
+fn gemm_kernel(m: u64, n: u64) -> Option<(&'static str, u64)> {
+    let large = gemm_tiles(m, n, GEMM_LARGE_TILE)?;
+    if large >= GEMM_LARGE_MIN_TILES {
+        return Some(("cistern_gemm_large", large));
+    }
+    Some(("cistern_gemm", gemm_tiles(m, n, GEMM_TILE)?))
 }
 
 /// The blocks of a launch wanting `wanted`: at least one, at most
@@ -266,7 +281,7 @@ impl Launcher<'_> {
     /// `C = act(op(A)·op(B) + bias)` over bindings a, b, [bias], c.
     fn gemm(&self, b: &Bound<'_>, spec: &GemmSpec, bias: bool) -> Result<(), LaunchError> {
         let (m, n, k) = (spec.m as u64, spec.n as u64, spec.k as u64);
-        let tiles = gemm_tiles(m, n).ok_or_else(|| refused("gemm: m×n overflows"))?;
+        let (kernel, tiles) = gemm_kernel(m, n).ok_or_else(|| refused("gemm: m×n overflows"))?;
         if tiles == 0 {
             return Ok(());
         }
@@ -289,7 +304,7 @@ impl Launcher<'_> {
             kind,
             slope,
         ];
-        self.call("cistern_gemm", tiles, &args)
+        self.call(kernel, tiles, &args)
     }
 
     /// One step of `args`' family as step `step` over params, grads and the
@@ -427,13 +442,31 @@ mod tests {
 
     #[test]
     fn gemm_tiles_cover_edge_rows_and_columns() {
-        assert_eq!(gemm_tiles(64, 64), Some(1));
-        assert_eq!(gemm_tiles(65, 64), Some(2));
-        assert_eq!(gemm_tiles(1, 1), Some(1));
-        assert_eq!(gemm_tiles(129, 200), Some(3 * 4));
-        assert_eq!(gemm_tiles(0, 100), Some(0));
-        assert_eq!(gemm_tiles(100, 0), Some(0));
-        assert_eq!(gemm_tiles(u64::MAX, u64::MAX), None);
+        assert_eq!(gemm_tiles(64, 64, 64), Some(1));
+        assert_eq!(gemm_tiles(65, 64, 64), Some(2));
+        assert_eq!(gemm_tiles(1, 1, 64), Some(1));
+        assert_eq!(gemm_tiles(129, 200, 64), Some(3 * 4));
+        assert_eq!(gemm_tiles(129, 200, 128), Some(2 * 2));
+        assert_eq!(gemm_tiles(0, 100, 64), Some(0));
+        assert_eq!(gemm_tiles(100, 0, 64), Some(0));
+        assert_eq!(gemm_tiles(u64::MAX, u64::MAX, 64), None);
+    }
+
+    #[test]
+    fn products_that_fill_the_device_with_large_tiles_get_the_large_kernel() {
+        assert_eq!(
+            gemm_kernel(4096, 4096),
+            Some(("cistern_gemm_large", 32 * 32))
+        );
+        assert_eq!(
+            gemm_kernel(2048, 1024),
+            Some(("cistern_gemm_large", 16 * 8))
+        );
+        // The MLP's products at batch 256: 64×64 tiles spread them further.
+        assert_eq!(gemm_kernel(256, 1024), Some(("cistern_gemm", 4 * 16)));
+        assert_eq!(gemm_kernel(1024, 1024), Some(("cistern_gemm", 16 * 16)));
+        assert_eq!(gemm_kernel(0, 10), Some(("cistern_gemm", 0)));
+        assert_eq!(gemm_kernel(u64::MAX, u64::MAX), None);
     }
 
     #[test]
@@ -442,7 +475,7 @@ mod tests {
         assert_eq!(grid_of(5), 5);
         assert_eq!(grid_of(u64::MAX), MAX_GRID as u32);
         // 8192×8192 needs more tiles than the cap: the kernel strides.
-        let tiles = gemm_tiles(8192, 8192).unwrap();
+        let tiles = gemm_tiles(8192, 8192, GEMM_TILE).unwrap();
         assert!(tiles > MAX_GRID);
         assert_eq!(grid_of(tiles), MAX_GRID as u32);
     }

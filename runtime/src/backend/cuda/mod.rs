@@ -347,7 +347,13 @@ impl Backend for CudaBackend {
             .reset()
             .map_err(|e| ServerError::ContextUnrecoverable {
                 ordinal: self.context.ordinal,
-                probe_error: format!("the CUDA context reset failed: {}", status::describe(&e)),
+                probe_error: format!(
+                    "the CUDA driver gave no working context after the reset ({}): \
+                     it keeps a sticky fault for the life of the process, so \
+                     restart the process to use cuda:{} again",
+                    status::describe(&e),
+                    self.context.ordinal
+                ),
             })?;
         self.health.reset(generation);
         Ok(())

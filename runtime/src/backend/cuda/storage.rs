@@ -1,7 +1,9 @@
 //! `CudaStorage`: device memory as raw pointers owned by the memory
 //! manager (never `CudaSlice`, never managed memory). With virtual memory
-//! management, every buffer is a physical allocation mapped at an address of
-//! its own, and also mappable into the manager's virtual range.
+//! management, every buffer is physical allocations of one granularity
+//! each (the driver maps an allocation only whole), mapped one after
+//! another at an address of their own, and also mappable, any whole run of
+//! them, into the manager's virtual range.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,12 +20,13 @@ use super::vmm;
 /// The alignment of every buffer and slice.
 pub const CUDA_ALIGNMENT: u64 = 256;
 
-/// A buffer: its address, size, and physical handle when made through VMM.
+/// A buffer: its address, size, and physical chunks (of the storage's
+/// granularity each) when made through VMM; none when made by cuMemAlloc.
 #[derive(Debug)]
 struct Buffer {
     address: u64,
     size: u64,
-    physical: Option<CUmemGenericAllocationHandle>,
+    chunks: Vec<CUmemGenericAllocationHandle>,
 }
 
 /// A reserved address range and the spans mapped in it.
@@ -85,9 +88,24 @@ impl CudaStorage {
     fn alloc_physical(&self, size: u64, granularity: u64) -> Result<Buffer, DriverError> {
         let size = size.max(1).next_multiple_of(granularity);
         let device = self.context.device;
-        let physical = vmm::create(device, size)?;
+        let count = usize::try_from(size / granularity).map_err(|_| vmm::too_large())?;
+        let mut chunks = Vec::with_capacity(count);
+        let release = |chunks: &[CUmemGenericAllocationHandle]| {
+            for &chunk in chunks {
+                let _ = vmm::release(chunk);
+            }
+        };
+        for _ in 0..count {
+            match vmm::create(device, granularity) {
+                Ok(chunk) => chunks.push(chunk),
+                Err(error) => {
+                    release(&chunks);
+                    return Err(error);
+                }
+            }
+        }
         let mapped = vmm::reserve(size, granularity).and_then(|address| {
-            match vmm::map(device, address, size, physical, 0) {
+            match vmm::map_chunks(device, address, &chunks, granularity) {
                 Ok(()) => Ok(address),
                 Err(error) => {
                     let _ = vmm::free_addresses(address, size);
@@ -99,10 +117,10 @@ impl CudaStorage {
             Ok(address) => Ok(Buffer {
                 address,
                 size,
-                physical: Some(physical),
+                chunks,
             }),
             Err(error) => {
-                let _ = vmm::release(physical);
+                release(&chunks);
                 Err(error)
             }
         }
@@ -141,7 +159,7 @@ impl Storage for CudaStorage {
                 bytes.and_then(ffi::alloc).map(|address| Buffer {
                     address,
                     size,
-                    physical: None,
+                    chunks: Vec::new(),
                 })
             }
         }
@@ -162,13 +180,15 @@ impl Storage for CudaStorage {
         // After a context reset the memory is gone already and these fail:
         // nothing to do then but forget the buffer.
         let _ = self.context.bind();
-        match buffer.physical {
-            Some(physical) => {
-                let _ = vmm::unmap(buffer.address, buffer.size);
+        match self.granularity {
+            Some(granularity) if !buffer.chunks.is_empty() => {
+                vmm::unmap_chunks(buffer.address, buffer.chunks.len(), granularity);
                 let _ = vmm::free_addresses(buffer.address, buffer.size);
-                let _ = vmm::release(physical);
+                for chunk in buffer.chunks {
+                    let _ = vmm::release(chunk);
+                }
             }
-            None => {
+            _ => {
                 let _ = ffi::free(buffer.address);
             }
         }
@@ -219,8 +239,10 @@ impl Storage for CudaStorage {
             return;
         };
         let _ = self.context.bind();
+        let granularity = self.granularity.unwrap_or(1);
         for (offset, size) in range.mapped {
-            let _ = vmm::unmap(range.address + offset, size);
+            let count = usize::try_from(size / granularity).unwrap_or(0);
+            vmm::unmap_chunks(range.address + offset, count, granularity);
         }
         let _ = vmm::free_addresses(range.address, range.size);
     }
@@ -233,18 +255,14 @@ impl Storage for CudaStorage {
         buffer_offset: u64,
         size: u64,
     ) -> Result<(), IoError> {
-        let physical = self
-            .buffers
-            .get(&buffer)
-            .filter(|b| {
-                buffer_offset
-                    .checked_add(size)
-                    .is_some_and(|end| end <= b.size)
-            })
-            .and_then(|b| b.physical);
-        let Some(physical) = physical else {
+        let granularity = self.granularity.unwrap_or(0);
+        let chunks = self.buffers.get(&buffer).and_then(|b| {
+            let span = vmm::chunk_span(buffer_offset, size, granularity, b.chunks.len())?;
+            b.chunks.get(span)
+        });
+        let Some(chunks) = chunks else {
             return Err(IoError::unknown(format!(
-                "buffer {} cannot back {size} bytes at {buffer_offset}",
+                "buffer {} cannot back {size} bytes at {buffer_offset} (whole chunks of {granularity} bytes only)",
                 buffer.0
             )));
         };
@@ -266,14 +284,9 @@ impl Storage for CudaStorage {
             )));
         }
         self.context.bind().map_err(|e| io_error(size, &e))?;
-        vmm::map(
-            device,
-            target.address + range_offset,
-            size,
-            physical,
-            buffer_offset,
-        )
-        .map_err(|e| IoError::unknown(format!("mapping {size} bytes failed: {}", describe(&e))))?;
+        vmm::map_chunks(device, target.address + range_offset, chunks, granularity).map_err(
+            |e| IoError::unknown(format!("mapping {size} bytes failed: {}", describe(&e))),
+        )?;
         target.mapped.insert(range_offset, size);
         Ok(())
     }
@@ -287,6 +300,8 @@ impl Storage for CudaStorage {
         }
         target.mapped.remove(&range_offset);
         let _ = self.context.bind();
-        let _ = vmm::unmap(target.address + range_offset, size);
+        let granularity = self.granularity.unwrap_or(1);
+        let count = usize::try_from(size / granularity).unwrap_or(0);
+        vmm::unmap_chunks(target.address + range_offset, count, granularity);
     }
 }

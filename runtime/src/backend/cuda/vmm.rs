@@ -70,31 +70,65 @@ pub(super) fn free_addresses(address: u64, size: u64) -> Driver<()> {
     unsafe { sys::cuMemAddressFree(address, size as usize).result() }
 }
 
-/// Maps `size` bytes of `handle` from `offset` at `address`, readable and
-/// writable by `device`.
-pub(super) fn map(
+/// Maps each of `chunks` (physical allocations of `chunk` bytes) whole,
+/// one after another from `address`, readable and writable by `device`.
+/// The driver maps a physical allocation only from its start (cuMemMap's
+/// offset must be 0), so a buffer the manager maps piecewise is made of
+/// chunks. On failure nothing stays mapped.
+pub(super) fn map_chunks(
     device: CUdevice,
     address: u64,
-    size: u64,
-    handle: CUmemGenericAllocationHandle,
-    offset: u64,
+    chunks: &[CUmemGenericAllocationHandle],
+    chunk: u64,
 ) -> Driver<()> {
+    let span = chunk * chunks.len() as u64;
+    for (index, &handle) in chunks.iter().enumerate() {
+        let at = address + index as u64 * chunk;
+        // SAFETY: `at..+chunk` lies in a reserved range with nothing mapped
+        // there (the manager's bitsets and the storage's checks); the whole
+        // of `handle` is mapped.
+        let mapped = unsafe { sys::cuMemMap(at, chunk as usize, 0, handle, 0).result() };
+        if let Err(error) = mapped {
+            unmap_chunks(address, index, chunk);
+            return Err(error);
+        }
+    }
     let access = sys::CUmemAccessDesc {
         location: properties(device).location,
         flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
     };
-    // SAFETY: `address..+size` lies in a reserved range with nothing mapped
-    // there (the manager's bitsets and the storage's checks), and
-    // `offset..+size` lies in the physical allocation.
-    unsafe {
-        sys::cuMemMap(address, size as usize, offset as usize, handle, 0).result()?;
-        let access_set = sys::cuMemSetAccess(address, size as usize, &access, 1).result();
-        if let Err(error) = access_set {
-            let _ = sys::cuMemUnmap(address, size as usize).result();
-            return Err(error);
-        }
+    // SAFETY: `address..+span` was mapped just above.
+    let access_set = unsafe { sys::cuMemSetAccess(address, span as usize, &access, 1).result() };
+    if let Err(error) = access_set {
+        unmap_chunks(address, chunks.len(), chunk);
+        return Err(error);
     }
     Ok(())
+}
+
+/// Unmaps `count` chunks of `chunk` bytes mapped one after another from
+/// `address` by [`map_chunks`]; failures are ignored (after a reset there
+/// is nothing left to unmap).
+pub(super) fn unmap_chunks(address: u64, count: usize, chunk: u64) {
+    for index in 0..count as u64 {
+        let _ = unmap(address + index * chunk, chunk);
+    }
+}
+
+/// The chunks of a buffer of `chunks` chunks of `chunk` bytes that hold
+/// `size` bytes from `offset`; `None` unless both are whole chunks inside it.
+pub(super) fn chunk_span(
+    offset: u64,
+    size: u64,
+    chunk: u64,
+    chunks: usize,
+) -> Option<std::ops::Range<usize>> {
+    if chunk == 0 || size == 0 || offset % chunk != 0 || size % chunk != 0 {
+        return None;
+    }
+    let first = usize::try_from(offset / chunk).ok()?;
+    let end = first.checked_add(usize::try_from(size / chunk).ok()?)?;
+    (end <= chunks).then_some(first..end)
 }
 
 /// Unmaps `size` bytes at `address`.
@@ -107,4 +141,27 @@ pub(super) fn unmap(address: u64, size: u64) -> Driver<()> {
 /// The error a size that does not fit the platform's `usize` gets.
 pub(super) fn too_large() -> DriverError {
     DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_span;
+
+    #[test]
+    fn a_span_of_whole_chunks_inside_the_buffer_names_its_chunks() {
+        let mb2 = 2 << 20;
+        assert_eq!(chunk_span(0, mb2, mb2, 4), Some(0..1));
+        assert_eq!(chunk_span(mb2, 2 * mb2, mb2, 4), Some(1..3));
+        assert_eq!(chunk_span(3 * mb2, mb2, mb2, 4), Some(3..4));
+    }
+
+    #[test]
+    fn a_span_off_a_chunk_boundary_or_past_the_buffer_is_refused() {
+        let mb2 = 2 << 20;
+        assert_eq!(chunk_span(mb2 / 2, mb2, mb2, 4), None);
+        assert_eq!(chunk_span(0, mb2 + 256, mb2, 4), None);
+        assert_eq!(chunk_span(3 * mb2, 2 * mb2, mb2, 4), None);
+        assert_eq!(chunk_span(0, 0, mb2, 4), None);
+        assert_eq!(chunk_span(u64::MAX - mb2 + 1, mb2, mb2, 4), None);
+    }
 }
