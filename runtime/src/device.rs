@@ -119,6 +119,11 @@ pub struct DeviceOptions {
     /// How long an invalidate's drain, or one probe attempt, may take
     /// before the context is declared unrecoverable.
     pub drain_timeout: Duration,
+    /// Where the device can map memory (CUDA with virtual memory management),
+    /// place requests in one address range backed chunk by chunk (the
+    /// default); `false` keeps the manager to pages, as on devices that
+    /// cannot map.
+    pub virtual_memory: bool,
 }
 
 impl Default for DeviceOptions {
@@ -127,6 +132,7 @@ impl Default for DeviceOptions {
             memory_limit: None,
             faults: FaultPlan::default(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            virtual_memory: true,
         }
     }
 }

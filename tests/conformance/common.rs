@@ -35,6 +35,18 @@ pub fn open(device: Device) -> ComputeClient {
     open_with(device, DeviceOptions::with_memory_limit(64 << 20))
 }
 
+/// A client on `device` with a small memory budget, its manager kept to
+/// pages (no virtual range, also where the device could map memory).
+pub fn open_paged(device: Device) -> ComputeClient {
+    open_with(
+        device,
+        DeviceOptions {
+            virtual_memory: false,
+            ..DeviceOptions::with_memory_limit(64 << 20)
+        },
+    )
+}
+
 /// A client on `device` with `options`.
 pub fn open_with(device: Device, options: DeviceOptions) -> ComputeClient {
     match ComputeClient::open(device, options) {

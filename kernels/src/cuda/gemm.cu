@@ -4,9 +4,9 @@
 // activation is any of activation.cu's (codes in `Activation`'s order).
 //
 // Register-blocked SGEMM: a block of 256 threads owns a BM×BN tile of C,
-// each thread a TM×TN micro-tile of it, in groups of 4 rows (and 4
-// columns) spaced 4·(BM/TM) apart, so its shared-memory reads are float4s
-// and a warp's are conflict-free. k is walked BK at a time through two
+// each warp a WM-row part of it and each thread a TM×TN micro-tile in
+// groups of 4 rows (and 4 columns), so its shared-memory reads are float4s
+// and a warp's touch few distinct addresses. k is walked BK at a time through two
 // shared buffers: the next slice is fetched into registers while the
 // current one is used. Loads past an edge read 0, so any m, n, k (k = 0
 // included: C = act(bias)) is covered; each element is one fmaf chain in
@@ -20,7 +20,7 @@
 #define CISTERN_TG_THREADS 256
 #define CISTERN_TG_PAD 4
 
-template <int BM, int BN, int BK, int TM, int TN>
+template <int BM, int BN, int BK, int TM, int TN, int WM>
 __device__ __forceinline__ void cistern_gemm_tiled(
     const float* __restrict__ a, const float* __restrict__ b, const float* __restrict__ bias,
     float* __restrict__ c, u64 m, u64 n, u64 k, int transpose_a, int transpose_b,
@@ -35,7 +35,25 @@ __device__ __forceinline__ void cistern_gemm_tiled(
     __shared__ __align__(16) float tile_a[2][BK][BM + CISTERN_TG_PAD];
     __shared__ __align__(16) float tile_b[2][BK][BN + CISTERN_TG_PAD];
     const int t = threadIdx.x;
-    const int tx = t % COL_THREADS, ty = t / COL_THREADS;
+    // The first of this thread's rows (and columns) of the tile, and the
+    // spacing of its groups of 4. WM = 0: threads in a 16×16 grid. Else
+    // warp tiles of WM rows: a warp's lanes read fewer distinct addresses
+    // of shared memory (8 float4s of A and 4 of B a step, not 2 and 16).
+    int row_base, row_step, col_base, col_step;
+    if constexpr (WM == 0) {
+        const int tx = t % COL_THREADS, ty = t / COL_THREADS;
+        row_base = ty * 4; row_step = 4 * ROW_THREADS;
+        col_base = tx * 4; col_step = 4 * COL_THREADS;
+    } else {
+        constexpr int WARP_ROWS = BM / WM;
+        constexpr int WARP_COLS = (CISTERN_TG_THREADS / 32) / WARP_ROWS;
+        constexpr int WN = BN / WARP_COLS;
+        constexpr int LANE_ROWS = WM / TM, LANE_COLS = WN / TN;
+        static_assert(LANE_ROWS * LANE_COLS == 32, "a warp's lanes tile its warp tile");
+        const int warp = t / 32, lane = t % 32;
+        row_base = (warp / WARP_COLS) * WM + (lane / LANE_COLS) * 4; row_step = 4 * LANE_ROWS;
+        col_base = (warp % WARP_COLS) * WN + (lane % LANE_COLS) * 4; col_step = 4 * LANE_COLS;
+    }
     const u64 tiles_n = (n + BN - 1) / BN;
     const u64 tiles = ((m + BM - 1) / BM) * tiles_n;
     for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -91,12 +109,12 @@ __device__ __forceinline__ void cistern_gemm_tiled(
             float av[TM], bv[TN];
 #pragma unroll
             for (int g = 0; g < TM / 4; ++g) {
-                const float4 v = *reinterpret_cast<const float4*>(&tile_a[s][p][g * 4 * ROW_THREADS + ty * 4]);
+                const float4 v = *reinterpret_cast<const float4*>(&tile_a[s][p][row_base + g * row_step]);
                 av[g * 4] = v.x; av[g * 4 + 1] = v.y; av[g * 4 + 2] = v.z; av[g * 4 + 3] = v.w;
             }
 #pragma unroll
             for (int g = 0; g < TN / 4; ++g) {
-                const float4 v = *reinterpret_cast<const float4*>(&tile_b[s][p][g * 4 * COL_THREADS + tx * 4]);
+                const float4 v = *reinterpret_cast<const float4*>(&tile_b[s][p][col_base + g * col_step]);
                 bv[g * 4] = v.x; bv[g * 4 + 1] = v.y; bv[g * 4 + 2] = v.z; bv[g * 4 + 3] = v.w;
             }
 #pragma unroll
@@ -128,11 +146,11 @@ __device__ __forceinline__ void cistern_gemm_tiled(
         const bool quads = (n % 4 == 0) && cistern_aligned16(c) && (bias == 0 || cistern_aligned16(bias));
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
-            const u64 row = row0 + (i / 4) * 4 * ROW_THREADS + ty * 4 + (i % 4);
+            const u64 row = row0 + row_base + (i / 4) * row_step + (i % 4);
             if (row >= m) { continue; }
 #pragma unroll
             for (int g = 0; g < TN / 4; ++g) {
-                const u64 col = col0 + g * 4 * COL_THREADS + tx * 4;
+                const u64 col = col0 + col_base + g * col_step;
                 float v[4];
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
@@ -153,13 +171,13 @@ __device__ __forceinline__ void cistern_gemm_tiled(
     }
 }
 
-#define CISTERN_GEMM_TILED(NAME, BM, BN, BK, TM, TN, MINB)                                          \
+#define CISTERN_GEMM_TILED(NAME, BM, BN, BK, TM, TN, WM, MINB)                                          \
     extern "C" __global__ void __launch_bounds__(CISTERN_TG_THREADS, MINB) NAME(                    \
         const float* a, const float* b, const float* bias, float* c, u64 m, u64 n, u64 k,      \
         int transpose_a, int transpose_b, int kind, float slope) {                             \
-        cistern_gemm_tiled<BM, BN, BK, TM, TN>(a, b, bias, c, m, n, k, transpose_a,            \
+        cistern_gemm_tiled<BM, BN, BK, TM, TN, WM>(a, b, bias, c, m, n, k, transpose_a,            \
                                                transpose_b, kind, slope);                      \
     }
 
-CISTERN_GEMM_TILED(cistern_gemm, 64, 64, 16, 4, 4, 2)
-CISTERN_GEMM_TILED(cistern_gemm_large, 128, 128, 8, 8, 8, 2)
+CISTERN_GEMM_TILED(cistern_gemm, 64, 64, 16, 4, 4, 32, 2)
+CISTERN_GEMM_TILED(cistern_gemm_large, 128, 128, 8, 8, 8, 64, 2)

@@ -92,17 +92,24 @@ fn start<B: Backend>(
     completed: Receiver<Completion>,
     options: DeviceOptions,
 ) -> Result<ServerHandle, ServerError> {
-    let limit = options.memory_limit.unwrap_or(default_limit);
     let core = ServerCore::new(
         next_server_id(),
         backend,
         storage,
-        MemoryConfig::with_limit(limit),
+        memory_config(&options, default_limit),
         completed,
         options.faults,
     )?
     .with_drain_timeout(options.drain_timeout);
     spawn(core)
+}
+
+/// The memory manager's configuration for a device opened with `options`.
+fn memory_config(options: &DeviceOptions, default_limit: u64) -> MemoryConfig {
+    MemoryConfig {
+        virtual_memory: options.virtual_memory,
+        ..MemoryConfig::with_limit(options.memory_limit.unwrap_or(default_limit))
+    }
 }
 
 /// A fresh id for a server of this process.
@@ -311,3 +318,22 @@ const IDLE_POLLS: u32 = 256;
 /// grows the inbox into fresh, cold memory that both threads then pay for.
 /// One yield, never a wait, so no sender can deadlock on it.
 const INBOX_BACKLOG: usize = 4096;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_opened_without_virtual_memory_keeps_its_manager_to_pages() {
+        let paged = DeviceOptions {
+            virtual_memory: false,
+            ..DeviceOptions::with_memory_limit(64 << 20)
+        };
+        let config = memory_config(&paged, 1 << 30);
+        assert!(!config.virtual_memory);
+        assert_eq!(config.limit, 64 << 20);
+        let default = memory_config(&DeviceOptions::default(), 1 << 30);
+        assert!(default.virtual_memory);
+        assert_eq!(default.limit, 1 << 30);
+    }
+}
