@@ -1,35 +1,35 @@
 //! The channels and locks shared by the server, its executors and clients.
 //!
 //! Everything concurrent in Cistern goes through these names, so a model
-//! checker can replace them in one place: with the `model-check` feature
-//! they are loom's primitives (`sync/model.rs`), and the model checks in
+//! checker can replace them in one place: under `--cfg loom` they are
+//! loom's primitives (`sync/model.rs`), and the model checks in
 //! `tests/model_check.rs` run the real one-shot, inbox, token and server
 //! thread over them (`docs/reliability.md`, "Concurrency model checking").
 
 pub use crossbeam_channel::{RecvError, RecvTimeoutError, SendError, TryRecvError};
 
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub use parking_lot::{Condvar, Mutex, MutexGuard};
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub use std::sync::Arc;
 
 /// Atomics shared between threads.
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub mod atomic {
     pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// Starting threads and yielding the CPU.
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub mod thread {
     pub use std::thread::{Builder, JoinHandle, spawn, yield_now};
 }
 
-#[cfg(feature = "model-check")]
+#[cfg(loom)]
 mod model;
-#[cfg(feature = "model-check")]
+#[cfg(loom)]
 pub use model::{
     Arc, Condvar, Mutex, MutexGuard, Receiver, Sender, atomic, bounded, thread, unbounded,
 };
@@ -101,7 +101,7 @@ pub fn recv_patiently<T>(
 /// Calls `attempt` until it gives something, spinning briefly and then
 /// yielding the CPU, for at most `patience`; `None` when patience ran out
 /// (the caller then sleeps its own way).
-#[cfg(feature = "model-check")]
+#[cfg(loom)]
 pub fn poll_patiently<T>(
     _patience: std::time::Duration,
     mut attempt: impl FnMut() -> Option<T>,
@@ -112,7 +112,7 @@ pub fn poll_patiently<T>(
 }
 
 /// The time now, for the bounds of waits (`Instant::now`).
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub fn now() -> std::time::Instant {
     std::time::Instant::now()
 }
@@ -120,7 +120,7 @@ pub fn now() -> std::time::Instant {
 /// The time now, for the bounds of waits: under the model time stands
 /// still (an interleaving must not depend on the host's clock), so no
 /// bound ever passes.
-#[cfg(feature = "model-check")]
+#[cfg(loom)]
 pub fn now() -> std::time::Instant {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     *EPOCH.get_or_init(std::time::Instant::now)
@@ -131,11 +131,7 @@ pub fn now() -> std::time::Instant {
 pub fn spin_briefly(polls: u32, mut ready: impl FnMut() -> bool) -> bool {
     // Under the model one look stands for all of them: the checker
     // explores both sides of the race without a branch per spin.
-    let polls = if cfg!(feature = "model-check") {
-        polls.min(1)
-    } else {
-        polls
-    };
+    let polls = if cfg!(loom) { polls.min(1) } else { polls };
     (0..polls).any(|_| {
         std::hint::spin_loop();
         ready()
@@ -145,7 +141,7 @@ pub fn spin_briefly(polls: u32, mut ready: impl FnMut() -> bool) -> bool {
 /// Calls `attempt` until it gives something, spinning briefly and then
 /// yielding the CPU, for at most `patience`; `None` when patience ran out
 /// (the caller then sleeps its own way).
-#[cfg(not(feature = "model-check"))]
+#[cfg(not(loom))]
 pub fn poll_patiently<T>(
     patience: std::time::Duration,
     mut attempt: impl FnMut() -> Option<T>,

@@ -3,10 +3,13 @@
 //! thread over the test device) under every interleaving loom explores
 //! within its preemption bound. A hang is a deadlock loom reports.
 //!
-//! `cargo test -p cistern-runtime --no-default-features --features
-//! model-check --test model_check -- --nocapture` (as CI runs it);
+//! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p
+//! cistern-runtime --no-default-features --features testing --test
+//! model_check -- --nocapture` (as CI runs it; a build of its own, since
+//! the flag reaches every crate); without `--cfg loom` it holds no test;
 //! `LOOM_MAX_PREEMPTIONS` overrides the bounds (see `docs/reliability.md`,
 //! "Concurrency model checking").
+#![cfg(loom)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;

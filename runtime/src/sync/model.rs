@@ -1,4 +1,4 @@
-//! `sync` under the `model-check` feature: loom's primitives behind the
+//! `sync` under `--cfg loom`: loom's primitives behind the
 //! API the crate uses of parking_lot and crossbeam-channel, so the model
 //! checks run the real code. Loom models neither crate.
 //!
