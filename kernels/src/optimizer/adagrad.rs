@@ -3,6 +3,7 @@
 use cistern_optim::AdagradConfig;
 
 use super::pieces::{element_pieces, split, split_mut};
+use super::scalars::{bit, sign};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
 use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};
@@ -20,10 +21,7 @@ pub fn adagrad_step(
     if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
         return Ok(skipped);
     }
-    let sign: f32 = if config.maximize { -1.0 } else { 1.0 };
-    let weight_decay = config.weight_decay as f32;
-    let clr = (config.lr / (1.0 + (ctx.step - 1) as f64 * config.lr_decay)) as f32;
-    let eps = config.eps as f32;
+    let s = AdagradScalars::of(config, ctx.step);
     let [sum] = state else {
         return Err(KernelError::invalid("state", "does not match the layout"));
     };
@@ -33,13 +31,7 @@ pub fn adagrad_step(
         .zip(split(grads, &ranges))
         .zip(split_mut(sum, &ranges)?)
         .collect();
-    let s = AdagradScalars {
-        sign,
-        weight_decay,
-        clr,
-        eps,
-    };
-    let decayed = weight_decay != 0.0;
+    let decayed = s.weight_decay != 0.0;
     run(
         work,
         covered(ctx.segments) >= MIN_PARALLEL,
@@ -59,12 +51,32 @@ pub fn adagrad_step(
     Ok(StepOutcome::Applied)
 }
 
+/// Adagrad's constants for one step (`super::scalars` packs them for the GPUs).
 #[derive(Debug, Clone, Copy)]
-struct AdagradScalars {
+pub(super) struct AdagradScalars {
     sign: f32,
     weight_decay: f32,
     clr: f32,
     eps: f32,
+}
+
+impl AdagradScalars {
+    /// The constants of `config`'s step `step` (from 1): the learning rate
+    /// decays with the steps before this one.
+    pub(super) fn of(config: &AdagradConfig, step: u64) -> Self {
+        AdagradScalars {
+            sign: sign(config.maximize),
+            weight_decay: config.weight_decay as f32,
+            clr: (config.lr / (1.0 + step.saturating_sub(1) as f64 * config.lr_decay)) as f32,
+            eps: config.eps as f32,
+        }
+    }
+
+    /// The floats in the GPU kernels' order, and the op bits: 1 weight decay.
+    pub(super) fn packed(&self) -> (Vec<f32>, u32) {
+        let floats = vec![self.sign, self.weight_decay, self.clr, self.eps];
+        (floats, bit(self.weight_decay != 0.0, 1))
+    }
 }
 
 // The decay flag is a const so the loop has no branch and vectorizes; with

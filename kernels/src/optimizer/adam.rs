@@ -3,6 +3,7 @@
 use cistern_optim::{AdamConfig, AdamWConfig};
 
 use super::pieces::{element_pieces, split, split_optional};
+use super::scalars::{bit, sign};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
 use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};
@@ -20,14 +21,7 @@ pub fn adam_step(
     if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
         return Ok(skipped);
     }
-    let scalars = AdamScalars::new(
-        ctx.step,
-        config.lr,
-        config.betas,
-        config.eps,
-        config.maximize,
-    )
-    .with_coupled_decay(config.weight_decay);
+    let scalars = AdamScalars::of_adam(config, ctx.step);
     apply(&scalars, config.amsgrad, ctx, params, grads, state)
 }
 
@@ -43,20 +37,14 @@ pub fn adamw_step(
     if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
         return Ok(skipped);
     }
-    let mut scalars = AdamScalars::new(
-        ctx.step,
-        config.lr,
-        config.betas,
-        config.eps,
-        config.maximize,
-    );
-    scalars.decay_factor = (1.0 - config.lr * config.weight_decay) as f32;
+    let scalars = AdamScalars::of_adamw(config, ctx.step);
     apply(&scalars, config.amsgrad, ctx, params, grads, state)
 }
 
-/// The per-step constants, computed once in f64.
+/// Adam's and AdamW's per-step constants, computed once in f64
+/// (`super::scalars` packs them for the GPUs).
 #[derive(Debug, Clone, Copy)]
-struct AdamScalars {
+pub(super) struct AdamScalars {
     sign: f32,
     coupled_decay: f32,
     decay_factor: f32,
@@ -74,7 +62,7 @@ impl AdamScalars {
         let bias_correction1 = 1.0 - betas.0.powf(t);
         let bias_correction2 = 1.0 - betas.1.powf(t);
         Self {
-            sign: if maximize { -1.0 } else { 1.0 },
+            sign: sign(maximize),
             coupled_decay: 0.0,
             decay_factor: 1.0,
             one_minus_beta1: (1.0 - betas.0) as f32,
@@ -86,9 +74,35 @@ impl AdamScalars {
         }
     }
 
-    fn with_coupled_decay(mut self, weight_decay: f64) -> Self {
-        self.coupled_decay = weight_decay as f32;
-        self
+    /// Adam's step `step` (from 1): the decay coupled into the gradient.
+    pub(super) fn of_adam(config: &AdamConfig, step: u64) -> Self {
+        let mut scalars = Self::new(step, config.lr, config.betas, config.eps, config.maximize);
+        scalars.coupled_decay = config.weight_decay as f32;
+        scalars
+    }
+
+    /// AdamW's step `step` (from 1): the parameter decayed by its own factor.
+    pub(super) fn of_adamw(config: &AdamWConfig, step: u64) -> Self {
+        let mut scalars = Self::new(step, config.lr, config.betas, config.eps, config.maximize);
+        scalars.decay_factor = (1.0 - config.lr * config.weight_decay) as f32;
+        scalars
+    }
+
+    /// The floats in the GPU kernels' order, and the op bits: 1 a coupled
+    /// decay, 2 amsgrad.
+    pub(super) fn packed(&self, amsgrad: bool) -> (Vec<f32>, u32) {
+        let floats = vec![
+            self.sign,
+            self.coupled_decay,
+            self.decay_factor,
+            self.one_minus_beta1,
+            self.beta2,
+            self.one_minus_beta2,
+            self.step_size,
+            self.inv_bias_correction2_sqrt,
+            self.eps,
+        ];
+        (floats, bit(self.coupled_decay != 0.0, 1) | bit(amsgrad, 2))
     }
 }
 

@@ -12,6 +12,7 @@ mod amp;
 mod lamb;
 mod pieces;
 mod rmsprop;
+mod scalars;
 mod sgd;
 
 use cistern_optim::{OptimError, OptimizerConfig, Segment, validate_segments};
@@ -25,6 +26,7 @@ pub use amp::{ScaleRule, amp_unscale, amp_unscale_by_device_scale, amp_update_sc
 pub use lamb::lamb_step;
 pub(crate) use pieces::segment_pieces;
 pub use rmsprop::rmsprop_step;
+pub use scalars::{StepScalars, segment_runs, step_scalars};
 pub use sgd::sgd_step;
 
 /// What one optimizer step is applied to, besides the buffers.

@@ -3,6 +3,7 @@
 use cistern_optim::RmsPropConfig;
 
 use super::pieces::{element_pieces, split, split_mut, split_optional};
+use super::scalars::{bit, sign};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
 use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};
@@ -20,15 +21,7 @@ pub fn rmsprop_step(
     if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
         return Ok(skipped);
     }
-    let s = RmsPropScalars {
-        sign: if config.maximize { -1.0 } else { 1.0 },
-        weight_decay: config.weight_decay as f32,
-        lr: config.lr as f32,
-        alpha: config.alpha as f32,
-        one_minus_alpha: (1.0 - config.alpha) as f32,
-        eps: config.eps as f32,
-        momentum: config.momentum as f32,
-    };
+    let s = RmsPropScalars::of(config);
     let mut buffers = state.iter_mut().map(|b| &mut **b);
     let square_avg = buffers.next();
     let momentum_buffer = if config.momentum > 0.0 {
@@ -77,8 +70,9 @@ pub fn rmsprop_step(
     Ok(StepOutcome::Applied)
 }
 
+/// RMSprop's constants for one step (`super::scalars` packs them for the GPUs).
 #[derive(Debug, Clone, Copy)]
-struct RmsPropScalars {
+pub(super) struct RmsPropScalars {
     sign: f32,
     weight_decay: f32,
     lr: f32,
@@ -86,6 +80,37 @@ struct RmsPropScalars {
     one_minus_alpha: f32,
     eps: f32,
     momentum: f32,
+}
+
+impl RmsPropScalars {
+    /// The constants of `config`'s steps (RMSprop's do not change with the step).
+    pub(super) fn of(config: &RmsPropConfig) -> Self {
+        RmsPropScalars {
+            sign: sign(config.maximize),
+            weight_decay: config.weight_decay as f32,
+            lr: config.lr as f32,
+            alpha: config.alpha as f32,
+            one_minus_alpha: (1.0 - config.alpha) as f32,
+            eps: config.eps as f32,
+            momentum: config.momentum as f32,
+        }
+    }
+
+    /// The floats in the GPU kernels' order, and the op bits: 1 weight
+    /// decay, 2 a momentum buffer, 4 centered.
+    pub(super) fn packed(&self, momentum_buffer: bool, centered: bool) -> (Vec<f32>, u32) {
+        let floats = vec![
+            self.sign,
+            self.weight_decay,
+            self.lr,
+            self.alpha,
+            self.one_minus_alpha,
+            self.eps,
+            self.momentum,
+        ];
+        let ops = bit(self.weight_decay != 0.0, 1) | bit(momentum_buffer, 2) | bit(centered, 4);
+        (floats, ops)
+    }
 }
 
 /// The flags as consts, so each combination gets its own branch-free loop;

@@ -3,6 +3,7 @@
 use cistern_optim::SgdConfig;
 
 use super::pieces::{element_pieces, split, split_mut, split_optional};
+use super::scalars::{bit, sign};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
 use crate::parallel::{MIN_PARALLEL, run};
@@ -21,15 +22,7 @@ pub fn sgd_step(
     if let Some(skipped) = prepare(config.validate(), layout.len(), ctx, params, grads, state)? {
         return Ok(skipped);
     }
-    let s = SgdScalars {
-        sign: if config.maximize { -1.0 } else { 1.0 },
-        weight_decay: config.weight_decay as f32,
-        lr: config.lr as f32,
-        momentum: config.momentum as f32,
-        one_minus_dampening: (1.0 - config.dampening) as f32,
-        nesterov: config.nesterov,
-        first: ctx.step == 1,
-    };
+    let s = SgdScalars::of(config, ctx.step);
     let buffer = state.first_mut().map(|b| &mut **b);
     let ranges = element_pieces(ctx.segments);
     let work: Vec<_> = split_mut(params, &ranges)?
@@ -45,8 +38,9 @@ pub fn sgd_step(
     Ok(StepOutcome::Applied)
 }
 
+/// SGD's constants for one step (`super::scalars` packs them for the GPUs).
 #[derive(Debug, Clone, Copy)]
-struct SgdScalars {
+pub(super) struct SgdScalars {
     sign: f32,
     weight_decay: f32,
     lr: f32,
@@ -54,6 +48,38 @@ struct SgdScalars {
     one_minus_dampening: f32,
     nesterov: bool,
     first: bool,
+}
+
+impl SgdScalars {
+    /// The constants of `config`'s step `step` (from 1).
+    pub(super) fn of(config: &SgdConfig, step: u64) -> Self {
+        SgdScalars {
+            sign: sign(config.maximize),
+            weight_decay: config.weight_decay as f32,
+            lr: config.lr as f32,
+            momentum: config.momentum as f32,
+            one_minus_dampening: (1.0 - config.dampening) as f32,
+            nesterov: config.nesterov,
+            first: step == 1,
+        }
+    }
+
+    /// The floats in the GPU kernels' order, and the op bits: 1 weight
+    /// decay, 2 a momentum buffer, 4 the first step, 8 Nesterov.
+    pub(super) fn packed(&self, momentum_buffer: bool) -> (Vec<f32>, u32) {
+        let floats = vec![
+            self.sign,
+            self.weight_decay,
+            self.lr,
+            self.momentum,
+            self.one_minus_dampening,
+        ];
+        let ops = bit(self.weight_decay != 0.0, 1)
+            | bit(momentum_buffer, 2)
+            | bit(self.first, 4)
+            | bit(self.nesterov, 8);
+        (floats, ops)
+    }
 }
 
 fn piece(s: &SgdScalars, p: &mut [f32], g: &[f32], buf: Option<&mut [f32]>) {

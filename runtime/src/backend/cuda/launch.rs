@@ -11,7 +11,7 @@ use cudarc::driver::sys::CUstream;
 use super::context::Module;
 use super::ffi;
 use super::lamb::LambBuffers;
-use super::optimizer::{runs, step_plan};
+use super::optimizer::step_plan;
 use super::scratch::Scratch;
 use super::status::{fault, launch_error};
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
@@ -329,7 +329,7 @@ impl Launcher<'_> {
                 *entry = Some(buffer);
             }
         }
-        for (first, len) in runs(&args.segments) {
+        for (first, len) in cistern_kernels::segment_runs(&args.segments) {
             let at = |slice: CudaSlice| Arg::Pointer(slice.address + 4 * first);
             let mut kernel_args = vec![at(params), at(grads)];
             kernel_args.extend(state.iter().map(|s| s.map_or(Arg::Pointer(0), at)));

@@ -2,7 +2,7 @@
 //! segments (cut into chunks of bindings), with the per-step constants
 //! computed on the host in f64 as the CPU kernels compute them.
 
-use cistern_kernels::Segment;
+use cistern_kernels::{segment_runs, step_scalars};
 use cistern_optim::OptimizerConfig;
 
 use super::context::GpuContext;
@@ -34,123 +34,41 @@ struct Step {
     slots: Vec<usize>,
 }
 
-fn sign(maximize: bool) -> f32 {
-    if maximize { -1.0 } else { 1.0 }
-}
-
-fn bit(on: bool, value: u32) -> u32 {
-    if on { value } else { 0 }
-}
-
-fn adam_floats(step: u64, lr: f64, betas: (f64, f64), eps: f64, maximize: bool) -> Vec<f32> {
-    let t = step as f64;
-    let bias_correction1 = 1.0 - betas.0.powf(t);
-    let bias_correction2 = 1.0 - betas.1.powf(t);
-    vec![
-        sign(maximize),
-        0.0,
-        1.0,
-        (1.0 - betas.0) as f32,
-        betas.1 as f32,
-        (1.0 - betas.1) as f32,
-        (lr / bias_correction1) as f32,
-        (1.0 / bias_correction2.sqrt()) as f32,
-        eps as f32,
-    ]
-}
-
 fn adam_slots(amsgrad: bool) -> Vec<usize> {
     if amsgrad { vec![3, 4, 5] } else { vec![3, 4] }
 }
 
-/// The step's constants, or `None` for a family this backend does not run.
+/// The step's entry point and state slots, with the constants of
+/// `cistern_kernels::step_scalars`; `None` for a family this backend does
+/// not run as one dispatch per run (LAMB).
 fn step_of(config: &OptimizerConfig, step: u64) -> Option<Step> {
-    Some(match config {
-        OptimizerConfig::Sgd(c) => Step {
-            entry: step_entry("sgd"),
-            op: bit(c.weight_decay != 0.0, 1)
-                | bit(c.momentum != 0.0, 2)
-                | bit(step == 1, 4)
-                | bit(c.nesterov, 8),
-            floats: vec![
-                sign(c.maximize),
-                c.weight_decay as f32,
-                c.lr as f32,
-                c.momentum as f32,
-                (1.0 - c.dampening) as f32,
-            ],
-            slots: if c.momentum != 0.0 { vec![3] } else { vec![] },
-        },
-        OptimizerConfig::Adam(c) => {
-            let mut floats = adam_floats(step, c.lr, c.betas, c.eps, c.maximize);
-            floats[1] = c.weight_decay as f32;
-            Step {
-                entry: ADAM,
-                op: bit(c.weight_decay != 0.0, 1) | bit(c.amsgrad, 2),
-                floats,
-                slots: adam_slots(c.amsgrad),
-            }
+    let packed = step_scalars(config, step)?;
+    let (entry, slots) = match config {
+        OptimizerConfig::Sgd(c) => {
+            let momentum = !c.state_layout().buffers.is_empty();
+            (step_entry("sgd"), if momentum { vec![3] } else { vec![] })
         }
-        OptimizerConfig::AdamW(c) => {
-            let mut floats = adam_floats(step, c.lr, c.betas, c.eps, c.maximize);
-            floats[2] = (1.0 - c.lr * c.weight_decay) as f32;
-            Step {
-                entry: ADAM,
-                op: bit(c.amsgrad, 2),
-                floats,
-                slots: adam_slots(c.amsgrad),
-            }
-        }
+        OptimizerConfig::Adam(c) => (ADAM, adam_slots(c.amsgrad)),
+        OptimizerConfig::AdamW(c) => (ADAM, adam_slots(c.amsgrad)),
         OptimizerConfig::RmsProp(c) => {
-            let momentum = c.momentum > 0.0;
             let mut slots = vec![3];
-            if momentum {
+            if c.momentum > 0.0 {
                 slots.push(4);
             }
             if c.centered {
                 slots.push(5);
             }
-            Step {
-                entry: step_entry("rmsprop"),
-                op: bit(c.weight_decay != 0.0, 1) | bit(momentum, 2) | bit(c.centered, 4),
-                floats: vec![
-                    sign(c.maximize),
-                    c.weight_decay as f32,
-                    c.lr as f32,
-                    c.alpha as f32,
-                    (1.0 - c.alpha) as f32,
-                    c.eps as f32,
-                    c.momentum as f32,
-                ],
-                slots,
-            }
+            (step_entry("rmsprop"), slots)
         }
-        OptimizerConfig::Adagrad(c) => Step {
-            entry: step_entry("adagrad"),
-            op: bit(c.weight_decay != 0.0, 1),
-            floats: vec![
-                sign(c.maximize),
-                c.weight_decay as f32,
-                (c.lr / (1.0 + (step - 1) as f64 * c.lr_decay)) as f32,
-                c.eps as f32,
-            ],
-            slots: vec![3],
-        },
+        OptimizerConfig::Adagrad(_) => (step_entry("adagrad"), vec![3]),
         OptimizerConfig::Lamb(_) => return None,
+    };
+    Some(Step {
+        entry,
+        op: packed.ops,
+        floats: packed.floats,
+        slots,
     })
-}
-
-/// Runs of adjacent non-empty segments: (first element, elements).
-fn runs(segments: &[Segment]) -> Vec<(u64, u64)> {
-    let mut runs: Vec<(u64, u64)> = Vec::new();
-    for segment in segments.iter().filter(|s| s.len > 0) {
-        let (offset, len) = (segment.offset as u64, segment.len as u64);
-        match runs.last_mut() {
-            Some((start, run)) if *start + *run == offset => *run += len,
-            _ => runs.push((offset, len)),
-        }
-    }
-    runs
 }
 
 /// The op bit of a counted step: per-step constants come from binding 3.
@@ -219,7 +137,7 @@ impl GpuContext {
         }
         let mut dispatches = Vec::new();
         let params_value = Params::new(step.op, &step.floats);
-        for (first, len) in runs(&args.segments) {
+        for (first, len) in segment_runs(&args.segments) {
             let part = |slice: &GpuSlice| slice.part(4 * first, 4 * len);
             let (p, g) = (part(params), part(grads));
             let state: Vec<Option<GpuSlice>> = state.iter().map(|s| s.map(part)).collect();
