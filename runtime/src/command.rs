@@ -15,40 +15,15 @@
 //! it names, so a freed allocation's memory is reused only once those
 //! streams ran past it.
 
-use cistern_memory::{AllocationId, AllocationPolicy, MemorySnapshot, MemoryStats, StreamId};
+use cistern_memory::{AllocationPolicy, MemorySnapshot, MemoryStats, StreamId};
 use serde::{Deserialize, Serialize};
 
+use crate::context_state::ContextState;
+use crate::failure::FailureToken;
 use crate::graph::{CaptureId, GraphInfo, GraphRef};
+use crate::ids::{BufferRef, EventId, Region};
+use crate::kernel::{KernelLaunch, OptimizerStep};
 use crate::sync::Reply;
-use crate::{ContextState, FailureToken, KernelLaunch, OptimizerStep};
-
-/// Names one server instance in this process, so a handle of one server is
-/// refused by another (`DeviceMismatch`) instead of naming a stranger's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ServerId(pub u64);
-
-/// Names an allocation of one server in one context generation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct BufferRef {
-    /// The server that made it; any other refuses it (`DeviceMismatch`).
-    pub server: ServerId,
-    /// Its id in that server's memory manager.
-    pub id: AllocationId,
-    /// The context generation it was made in; after a recovery it is
-    /// refused as `StaleGeneration`.
-    pub generation: u64,
-}
-
-/// A byte range of an allocation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Region {
-    /// The allocation the range lies in.
-    pub buffer: BufferRef,
-    /// First byte, from the allocation's start.
-    pub offset: u64,
-    /// Length in bytes; a range past the allocation's end is `InvalidArgument`.
-    pub size: u64,
-}
 
 /// A copy between two strided views of `element_size`-byte elements.
 ///
@@ -75,10 +50,6 @@ pub struct StridedCopy {
     /// Bytes per element.
     pub element_size: u64,
 }
-
-/// Names an event recorded on a stream; other streams can wait for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct EventId(pub u64);
 
 /// A new allocation, as `Reserve` answers it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,52 +4,9 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
-use crate::{DEFAULT_DRAIN_TIMEOUT, FaultPlan};
-
-/// A device a server can own: a backend kind and an ordinal within it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Device {
-    /// The host CPU; ordinal 0 is the only one present.
-    Cpu(usize),
-    /// A wgpu adapter (Vulkan, Metal, DX12), numbered as `list_devices` lists them.
-    Wgpu(usize),
-    /// A CUDA device (with the `cuda` feature; absent CUDA is `DeviceUnavailable`).
-    Cuda(usize),
-}
-
-impl Device {
-    /// The ordinal within the backend kind.
-    pub fn ordinal(self) -> usize {
-        match self {
-            Device::Cpu(n) | Device::Wgpu(n) | Device::Cuda(n) => n,
-        }
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Device::Cpu(n) => write!(f, "cpu:{n}"),
-            Device::Wgpu(n) => write!(f, "wgpu:{n}"),
-            Device::Cuda(n) => write!(f, "cuda:{n}"),
-        }
-    }
-}
-
-/// What is known about a device present on this machine.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeviceInfo {
-    /// What to pass to `open` to get a server for it.
-    pub device: Device,
-    /// A readable name (`"host CPU"`, an adapter name).
-    pub name: String,
-    /// Parallel compute units (CPU cores, multiprocessors).
-    pub compute_units: usize,
-    /// Total memory in bytes, when the platform says.
-    pub memory_bytes: Option<u64>,
-    /// The memory limit a server opened with default options would use.
-    pub default_memory_limit: u64,
-}
+use crate::fault::FaultPlan;
+use crate::host::{default_cpu_memory_limit, host_memory_bytes};
+use crate::ids::{Device, DeviceInfo};
 
 /// Every device present: the host CPU, always, then each wgpu adapter
 /// (with the `wgpu` feature) and each CUDA device (with the `cuda` feature).
@@ -108,6 +65,10 @@ pub fn absent_backends() -> Vec<AbsentBackend> {
         .collect()
 }
 
+/// How long a drain, or one probe attempt, may take before the context is
+/// declared unrecoverable, unless the device's options say otherwise.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How to open a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceOptions {
@@ -151,19 +112,6 @@ impl DeviceOptions {
         self.faults = faults;
         self
     }
-}
-
-/// Half the host memory, or 1 GiB when the platform does not say.
-pub(crate) fn default_cpu_memory_limit() -> u64 {
-    host_memory_bytes().map_or(1 << 30, |bytes| bytes / 2)
-}
-
-/// Total host memory in bytes, from `/proc/meminfo` where there is one.
-pub fn host_memory_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `FailureToken`: how the outcome of asynchronous work reaches its owner.
 
-use crate::ServerError;
+use crate::error::ServerError;
 use crate::sync::{Arc, Condvar, Mutex};
 
 /// The outcome of one piece of asynchronous work (a launch, a batch),

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::command::ServerId;
+use crate::ids::ServerId;
 
 /// Names one capture of one server, from `BeginCapture` until it ends or
 /// is discarded. Commands naming a capture that ended are refused.

@@ -6,11 +6,14 @@
 
 pub mod backend;
 mod command;
+mod context_state;
 mod device;
 mod error;
 mod failure;
 mod fault;
 mod graph;
+mod host;
+mod ids;
 mod inbox;
 mod kernel;
 mod oneshot;
@@ -25,25 +28,20 @@ pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,
 };
 pub use cistern_optim::OptimizerConfig;
-pub use command::{
-    BufferRef, Command, CompactionReport, EventId, Region, Reservation, ServerId, ServerStats,
-    StridedCopy,
-};
+pub use command::{Command, CompactionReport, Reservation, ServerStats, StridedCopy};
+pub use context_state::ContextState;
 pub use device::{
-    AbsentBackend, Device, DeviceInfo, DeviceOptions, absent_backends, host_memory_bytes,
-    list_devices,
+    AbsentBackend, DEFAULT_DRAIN_TIMEOUT, DeviceOptions, absent_backends, list_devices,
 };
 pub use error::ServerError;
 pub use failure::{FailureToken, PendingToken};
 pub use fault::{FaultPlan, ProbeFault, TrapRate};
 pub use graph::{CaptureId, GraphInfo, GraphRef};
-pub use kernel::{Access, Binding, Contract, Kernel, KernelLaunch, ShapeRule};
-pub use optimizer::{OptimizerArgs, OptimizerStep, SegmentTable, optimizer_error};
-pub use server::DEFAULT_DRAIN_TIMEOUT;
+pub use host::host_memory_bytes;
+pub use ids::{BufferRef, DEFAULT_STREAM, Device, DeviceInfo, EventId, Region, ServerId};
+pub use kernel::{Access, Binding, Contract, Kernel, KernelLaunch, OptimizerStep, ShapeRule};
+pub use optimizer::{OptimizerArgs, SegmentTable, optimizer_error};
 pub use server::{
-    ContextState, DeviceState, Flow, Health, PublishedState, ServerCore, ServerEnd, ServerHandle,
-    next_server_id, open, spawn,
+    DeviceState, Flow, Health, PublishedState, ServerCore, ServerEnd, ServerHandle, next_server_id,
+    open, spawn,
 };
-
-/// The stream every server starts with; it cannot be destroyed.
-pub const DEFAULT_STREAM: StreamId = StreamId(0);

@@ -41,10 +41,10 @@ pub use crate::oneshot::{OneshotReceiver, OneshotSender, oneshot};
 ///
 /// A dropped reply (its server or executor ended) is seen by the waiting
 /// receiver as a disconnect, never as a hang.
-pub type Reply<T> = OneshotSender<Result<T, crate::ServerError>>;
+pub type Reply<T> = OneshotSender<Result<T, crate::error::ServerError>>;
 
 /// Where the caller waits for a [`Reply`].
-pub type Answer<T> = OneshotReceiver<Result<T, crate::ServerError>>;
+pub type Answer<T> = OneshotReceiver<Result<T, crate::error::ServerError>>;
 
 /// A reply for one answer: the sender goes into the command, the caller
 /// waits on the receiver.

@@ -2,8 +2,8 @@
 
 use cistern_optim::{AdamConfig, AdamWConfig};
 
+use super::flags::{bit, sign};
 use super::pieces::{element_pieces, split, split_optional};
-use super::scalars::{bit, sign};
 use super::{StepContext, StepOutcome, covered, prepare};
 use crate::KernelError;
 use crate::parallel::{MIN_PARALLEL, run, with_wide_vectors};

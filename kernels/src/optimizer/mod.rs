@@ -9,6 +9,7 @@
 mod adagrad;
 mod adam;
 mod amp;
+mod flags;
 mod lamb;
 mod pieces;
 mod rmsprop;

@@ -53,16 +53,6 @@ pub fn segment_runs(segments: &[Segment]) -> Vec<(u64, u64)> {
     runs
 }
 
-/// The gradient's sign: -1 where the step maximizes.
-pub(super) fn sign(maximize: bool) -> f32 {
-    if maximize { -1.0 } else { 1.0 }
-}
-
-/// `value` where `on`, else 0: one option bit.
-pub(super) fn bit(on: bool, value: u32) -> u32 {
-    if on { value } else { 0 }
-}
-
 #[cfg(test)]
 mod tests {
     use cistern_optim::{AdagradConfig, AdamConfig, AdamWConfig, LambConfig, SgdConfig};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use cistern_memory::IdMap;
 
-use crate::ServerError;
-use crate::command::EventId;
+use crate::error::ServerError;
+use crate::ids::EventId;
 use crate::sync::{Condvar, Mutex};
 
 /// The recorded event `event` of `events`, for a stream to wait on.

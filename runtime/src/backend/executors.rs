@@ -9,7 +9,7 @@ use cistern_memory::{IdMap, IoError, StreamId};
 
 use super::Completion;
 use super::stream::{DeviceHealth, Job, StreamDevice, StreamProgress, StreamRunner, refuse_all};
-use crate::ServerError;
+use crate::error::ServerError;
 use crate::sync::{Sender, unbounded};
 
 /// A stream's gathered jobs are sent at the latest when this many wait, so

@@ -126,7 +126,7 @@ impl Deref for Launches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Kernel;
+    use crate::kernel::Kernel;
 
     fn launches(kernels: &[Kernel]) -> Launches {
         kernels

@@ -23,8 +23,10 @@ pub use stream::{Refused, StreamWork};
 
 use cistern_memory::{DevicePoison, SliceLocation, Storage, StreamId};
 
-use crate::command::EventId;
-use crate::{Device, Kernel, ServerError};
+use crate::error::ServerError;
+use crate::ids::Device;
+use crate::ids::EventId;
+use crate::kernel::Kernel;
 
 /// A device's side of a server.
 pub trait Backend: Send + 'static {

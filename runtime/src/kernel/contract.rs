@@ -9,8 +9,8 @@ use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
 
 use super::Kernel;
-use crate::optimizer::{OptimizerArgs, SegmentTable};
-use crate::{ServerError, optimizer_error};
+use crate::error::ServerError;
+use crate::optimizer::{OptimizerArgs, SegmentTable, optimizer_error};
 
 /// How a kernel uses one binding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

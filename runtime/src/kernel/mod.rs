@@ -20,13 +20,15 @@
 
 mod contract;
 mod launch;
+mod optimizer_step;
 
 pub use contract::{Access, Contract, ShapeRule};
+pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{Activation, GemmSpec, KernelId, ScaleRule};
 use serde::{Deserialize, Serialize};
 
-use crate::command::BufferRef;
+use crate::ids::BufferRef;
 use crate::optimizer::{OptimizerArgs, SegmentTable};
 
 /// A kernel every backend provides, with its arguments. Bindings are listed

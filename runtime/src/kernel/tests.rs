@@ -5,9 +5,9 @@ use cistern_memory::AllocationId;
 use cistern_optim::{AdamConfig, OptimizerConfig, SgdConfig};
 
 use super::contract::Access::{Read as R, Write as W};
+use super::optimizer_step::OptimizerStep;
 use super::*;
-use crate::ServerId;
-use crate::optimizer::OptimizerStep;
+use crate::ids::ServerId;
 
 fn binding() -> Binding {
     Binding {

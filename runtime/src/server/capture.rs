@@ -13,10 +13,12 @@ use cistern_memory::{AllocationPolicy, StreamId};
 use super::core::{ServerCore, trace_refusal};
 use super::graphs::Released;
 use crate::backend::{Backend, StreamWork};
-use crate::command::{BufferRef, Reservation};
-use crate::failure::PendingToken;
+use crate::command::Reservation;
+use crate::error::ServerError;
+use crate::failure::{FailureToken, PendingToken};
 use crate::graph::{CaptureId, GraphInfo, GraphRef};
-use crate::{Access, FailureToken, KernelLaunch, ServerError};
+use crate::ids::BufferRef;
+use crate::kernel::{Access, KernelLaunch};
 
 impl<B: Backend> ServerCore<B> {
     /// `Active → Capturing` on `stream`. Refused unless the context is

@@ -8,10 +8,12 @@ use super::core::{ServerCore, answer, trace_refusal};
 use super::ordering::Use;
 use super::validate::{check_launch, check_strided, regions_overlap};
 use crate::backend::{Backend, ResolvedLaunch, StreamWork, StrideLayout};
-use crate::command::{BufferRef, CompactionReport, EventId, Region, Reservation, StridedCopy};
-use crate::failure::PendingToken;
+use crate::command::{CompactionReport, Reservation, StridedCopy};
+use crate::error::ServerError;
+use crate::failure::{FailureToken, PendingToken};
+use crate::ids::{BufferRef, DEFAULT_STREAM, EventId, Region};
+use crate::kernel::{Access, KernelLaunch};
 use crate::sync::{Reply, reply_channel};
-use crate::{Access, DEFAULT_STREAM, FailureToken, KernelLaunch, ServerError};
 
 impl<B: Backend> ServerCore<B> {
     pub(super) fn reserve(

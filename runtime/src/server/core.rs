@@ -9,17 +9,20 @@
 
 use cistern_memory::{AllocationId, MemoryConfig, MemoryManager, SliceLocation, StreamId};
 
-use super::context::{Context, ContextState};
+use super::context::Context;
 use super::graphs::Graphs;
 use super::invalidate::Recovery;
 use super::published::PublishedState;
 use super::streams::Streams;
 use super::validate::check_region;
 use crate::backend::{Backend, Completion};
-use crate::command::{BufferRef, Command, Region, ServerId, ServerStats};
-use crate::fault::FaultInjector;
+use crate::command::{Command, ServerStats};
+use crate::context_state::ContextState;
+use crate::error::ServerError;
+use crate::fault::{FaultInjector, FaultPlan};
+use crate::ids::{BufferRef, DEFAULT_STREAM, Region, ServerId};
+use crate::kernel::KernelLaunch;
 use crate::sync::{Receiver, Reply};
-use crate::{DEFAULT_STREAM, FaultPlan, KernelLaunch, ServerError};
 
 /// Whether the server keeps serving after a command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +156,7 @@ impl<B: Backend> ServerCore<B> {
                 tracing::error!(
                     device = self.ordinal,
                     stream = completion.stream.0,
-                    code = crate::ErrorCode::DevicePoisoned.stable_id(),
+                    code = cistern_memory::ErrorCode::DevicePoisoned.stable_id(),
                     operation = %poison.operation,
                     status = %poison.status,
                     "sticky fault: the device is poisoned"

@@ -16,7 +16,7 @@ use cistern_memory::{AllocationId, StreamId};
 
 use crate::backend::{Launches, ResolvedLaunch};
 use crate::graph::CaptureId;
-use crate::{Access, KernelLaunch};
+use crate::kernel::{Access, KernelLaunch};
 use cistern_memory::{IdHasher, IdMap};
 
 /// The capture in progress: launches recorded, allocations held so far.

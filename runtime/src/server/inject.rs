@@ -1,4 +1,4 @@
-//! Where the server carries out a [`FaultPlan`](crate::FaultPlan): each hook
+//! Where the server carries out a [`FaultPlan`](crate::fault::FaultPlan): each hook
 //! tests one `Option` when no plan is installed, and the injector's own work
 //! stays out of line, off the hot path.
 
@@ -6,8 +6,9 @@ use cistern_memory::IoError;
 
 use super::core::ServerCore;
 use crate::backend::{Backend, ResolvedLaunch, StreamWork};
+use crate::error::ServerError;
 use crate::fault::FaultInjector;
-use crate::{Kernel, ServerError};
+use crate::kernel::Kernel;
 
 impl<B: Backend> ServerCore<B> {
     /// A reservation that passed its checks: `OutOfMemory` if the plan says so.

@@ -22,15 +22,12 @@ use std::time::{Duration, Instant};
 
 use cistern_memory::StreamId;
 
-use super::context::ContextState;
 use super::core::{ServerCore, answer};
 use super::probe::{PROBE_ATTEMPTS, Probe, ProbeStatus};
 use crate::backend::{Backend, StreamWork};
+use crate::context_state::ContextState;
+use crate::device::DEFAULT_DRAIN_TIMEOUT;
 use crate::sync::{Answer, Reply, TryRecvError, reply_channel};
-
-/// How long a drain, or one probe attempt, may take before the context is
-/// declared unrecoverable, unless the device's options say otherwise.
-pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The server's recovery: its time bound and the invalidate in progress.
 #[derive(Debug)]

@@ -19,8 +19,6 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use context::ContextState;
 pub use core::{Flow, ServerCore};
-pub use invalidate::DEFAULT_DRAIN_TIMEOUT;
 pub use published::{DeviceState, Health, PublishedState};
 pub use thread::{ServerEnd, ServerHandle, next_server_id, open, spawn};

@@ -11,7 +11,7 @@
 
 use cistern_memory::{AllocationId, MemoryManager, Storage, StreamId};
 
-use crate::Access;
+use crate::kernel::Access;
 
 /// One use of an allocation by a work item.
 pub(crate) type Use = (AllocationId, Access);

@@ -11,10 +11,12 @@ use cistern_memory::{AllocationId, AllocationPolicy};
 use super::core::ServerCore;
 use super::inject::trap;
 use crate::backend::{Backend, ResolvedLaunch, StreamWork};
-use crate::failure::PendingToken;
+use crate::error::ServerError;
+use crate::failure::{FailureToken, PendingToken};
 use crate::fault::ProbeFault;
+use crate::ids::DEFAULT_STREAM;
+use crate::kernel::{Access, Kernel};
 use crate::sync::{Answer, TryRecvError, reply_channel};
-use crate::{Access, DEFAULT_STREAM, FailureToken, Kernel, ServerError};
 
 /// The probe's allocation, in bytes.
 pub(super) const PROBE_BYTES: u64 = 256;

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::context::ContextState;
+use crate::context_state::ContextState;
 use crate::sync::Arc;
 use crate::sync::atomic::{AtomicU64, Ordering};
 

@@ -8,8 +8,7 @@
 
 use cistern_memory::{IdMap, StreamId};
 
-use crate::DEFAULT_STREAM;
-use crate::command::EventId;
+use crate::ids::{DEFAULT_STREAM, EventId};
 use crate::sync::Answer;
 
 /// The streams of one server and their sequence counters.

@@ -8,7 +8,8 @@ use cistern_memory::StreamId;
 use super::core::{ServerCore, trace_refusal};
 use super::ordering::{self, Use};
 use crate::backend::{Backend, Refused, StreamWork};
-use crate::{Access, ServerError};
+use crate::error::ServerError;
+use crate::kernel::Access;
 
 impl<B: Backend> ServerCore<B> {
     /// Queues `work` as the stream's next item and records its uses of memory.

@@ -6,12 +6,16 @@ use std::sync::Arc;
 
 use cistern_memory::{AllocationPolicy, SliceUse, StreamId};
 
-use super::ContextState;
 use crate::backend::{Completion, StreamWork};
-use crate::command::{BufferRef, Region, ServerId, StridedCopy};
+use crate::command::{Command, StridedCopy};
+use crate::context_state::ContextState;
+use crate::error::ServerError;
+use crate::failure::FailureToken;
+use crate::ids::{BufferRef, DEFAULT_STREAM, Region, ServerId};
+use crate::kernel::{Binding, KernelLaunch};
 use crate::sync::{Mutex, TryRecvError};
 use crate::testing::{QueuedWork, TestOptions, TestServer, trap_poison};
-use crate::{Binding, Command, DEFAULT_STREAM, ErrorCode, FailureToken, KernelLaunch, ServerError};
+use cistern_memory::ErrorCode;
 
 /// A server whose device declines strided copies of more than two dimensions.
 fn new_server() -> TestServer {

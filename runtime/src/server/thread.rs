@@ -11,14 +11,17 @@ use super::core::{Flow, ServerCore};
 use super::published::{DeviceState, PublishedState};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, Completion};
-use crate::command::{Command, ServerId};
-use crate::device::default_cpu_memory_limit;
+use crate::command::Command;
+use crate::device::DeviceOptions;
+use crate::error::ServerError;
 use crate::fault::panic_message;
+use crate::host::default_cpu_memory_limit;
+use crate::ids::Device;
+use crate::ids::ServerId;
 use crate::sync::{
     Answer, Arc, Condvar, InboxReceiver, InboxSender, Mutex, PATIENCE, Receiver, Reply, Waited,
     inbox, recv_patiently, reply_channel, spin_briefly, thread, unbounded,
 };
-use crate::{Device, DeviceOptions, ServerError};
 
 /// How long a caller whose reply channel disconnected waits for the server
 /// thread to record why it ended. The thread records it right after

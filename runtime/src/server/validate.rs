@@ -6,8 +6,9 @@
 //! `InvalidProgram`; an invalid argument value (an optimizer config field,
 //! the step count, a segment table) is `InvalidArgument` naming the field.
 
-use crate::ServerError;
-use crate::command::{BufferRef, Region, StridedCopy};
+use crate::command::StridedCopy;
+use crate::error::ServerError;
+use crate::ids::{BufferRef, Region};
 use crate::kernel::{Access, KernelLaunch};
 
 /// Checks a kernel call against its kernel's contract; `size_of` answers an
@@ -159,9 +160,9 @@ mod tests {
     use cistern_optim::{AdamConfig, OptimizerConfig};
 
     use super::*;
-    use crate::OptimizerStep;
-    use crate::command::ServerId;
+    use crate::ids::ServerId;
     use crate::kernel::Binding;
+    use crate::kernel::OptimizerStep;
 
     fn buffer(id: u64) -> BufferRef {
         BufferRef {
@@ -289,7 +290,7 @@ mod tests {
     #[test]
     fn step_zero_is_an_invalid_argument() {
         let mut launch = adam_step(AdamConfig::default(), 2, vec![]);
-        if let crate::Kernel::OptimizerStep(step) = &mut launch.kernel {
+        if let crate::kernel::Kernel::OptimizerStep(step) = &mut launch.kernel {
             step.step = 0;
         }
         assert!(message(check_launch(&launch, sizes)).contains("`step`"));

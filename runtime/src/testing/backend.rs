@@ -9,9 +9,10 @@ use cistern_memory::{BookkeepingStorage, SliceLocation, StreamId};
 use super::device::{DeviceState, TestDevice};
 use super::options::TestOptions;
 use crate::backend::{Backend, Completion, DeviceCounters, Refused, StreamWork, StrideLayout};
-use crate::command::EventId;
+use crate::error::ServerError;
+use crate::ids::Device;
+use crate::ids::EventId;
 use crate::sync::{Mutex, Receiver, unbounded};
-use crate::{Device, ServerError};
 
 /// A queue-only backend over a [`BookkeepingStorage`]: submissions wait
 /// until the test runs them; relocations copy the simulated bytes at once;

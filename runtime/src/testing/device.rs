@@ -10,9 +10,10 @@ use cistern_memory::{BackTrace, DevicePoison, StreamId};
 use super::launch::{Trapped, run_launch};
 use super::memory::SimulatedMemory;
 use crate::backend::{Completion, DeviceCounters, ResolvedLaunch, StreamWork};
+use crate::error::ServerError;
 use crate::failure::PendingToken;
+use crate::kernel::Kernel;
 use crate::sync::{Mutex, Reply, Sender};
-use crate::{Kernel, ServerError};
 
 /// One submitted item: its stream, its sequence on that stream, the work.
 pub type QueuedWork = (StreamId, u64, StreamWork);
@@ -311,7 +312,7 @@ impl TestDevice {
 #[cfg(test)]
 mod tests {
     use super::Run;
-    use crate::DEFAULT_STREAM;
+    use crate::ids::DEFAULT_STREAM;
     use crate::testing::TestServer;
 
     #[test]

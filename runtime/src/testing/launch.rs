@@ -2,8 +2,8 @@
 //! knows kernels and their arguments.
 
 use super::memory::SimulatedMemory;
-use crate::Kernel;
 use crate::backend::{DeviceCounters, ResolvedLaunch};
+use crate::kernel::Kernel;
 
 /// A launch that faulted on the device, as the `Trap` kernel does.
 pub(super) struct Trapped;

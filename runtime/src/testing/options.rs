@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use cistern_memory::MemoryConfig;
 
-use crate::{DEFAULT_DRAIN_TIMEOUT, FaultPlan, ServerId};
+use crate::device::DEFAULT_DRAIN_TIMEOUT;
+use crate::fault::FaultPlan;
+use crate::ids::ServerId;
 
 /// The settings of a [`TestServer`](super::TestServer). The default: server
 /// 7, a 64 MiB memory limit, no faults, the default drain bound, every

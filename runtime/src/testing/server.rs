@@ -9,11 +9,15 @@ use super::backend::TestBackend;
 use super::device::{QueuedWork, Run, TestDevice, trap_poison};
 use super::options::TestOptions;
 use crate::backend::Completion;
+use crate::command::Command;
+use crate::context_state::ContextState;
+use crate::error::ServerError;
+use crate::failure::FailureToken;
+use crate::fault::FaultPlan;
+use crate::ids::{BufferRef, DEFAULT_STREAM, Region};
+use crate::kernel::KernelLaunch;
+use crate::server::ServerCore;
 use crate::sync::{Answer, Reply, reply_channel};
-use crate::{
-    BufferRef, Command, ContextState, DEFAULT_STREAM, FailureToken, FaultPlan, KernelLaunch,
-    Region, ServerCore, ServerError,
-};
 
 /// A core over a [`TestBackend`] and the test's handle on its device. The
 /// core only runs when the test hands it a command or a tick: a core that

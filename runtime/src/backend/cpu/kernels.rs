@@ -16,8 +16,10 @@ use cistern_kernels::{GemmSpec, KernelError, StepContext};
 use super::device::CpuLaunch;
 use super::memory::HostSlice;
 use crate::backend::stream::{KernelFault, LaunchError};
+use crate::error::ServerError;
 use crate::fault::panic_message;
-use crate::{Kernel, OptimizerArgs, ServerError};
+use crate::kernel::Kernel;
+use crate::optimizer::OptimizerArgs;
 
 /// How a batch went: its result (with the failing launch's index) and the
 /// kernels that ran to completion, `Empty` ones apart.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cistern_memory::{HostBuffer, HostStorage, IoError, Reason, SliceLocation};
 
-use crate::ServerError;
+use crate::error::ServerError;
 
 /// Bytes of one host buffer. Holding the `Arc` keeps the memory alive while
 /// queued work uses it, even if the manager releases the page meanwhile.

@@ -18,9 +18,9 @@ use super::launch::{CudaSlice, Launcher};
 use super::scratch::Scratch;
 use super::status::fault;
 use super::strided::{self, strided_launch};
-use crate::Kernel;
 use crate::backend::StrideLayout;
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice};
+use crate::kernel::Kernel;
 
 /// What the device has run, shared by its streams.
 #[derive(Debug, Default)]

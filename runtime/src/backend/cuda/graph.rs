@@ -21,8 +21,10 @@ use super::launch::CudaSlice;
 use super::status::{FaultClass, classify, code, fault};
 use crate::backend::stream::{BoundLaunch, LaunchError};
 use crate::backend::{Launches, ResolvedLaunch};
+use crate::error::ServerError;
+use crate::kernel::Kernel;
 use crate::sync::Mutex;
-use crate::{Kernel, OptimizerConfig, ServerError};
+use cistern_optim::OptimizerConfig;
 
 /// Captures a list may have refused operation-locally before it runs as
 /// ordinary launches for good.
@@ -340,8 +342,8 @@ mod tests {
     use cudarc::driver::sys::CUresult;
 
     use super::*;
-    use crate::OptimizerArgs;
     use crate::backend::stream::KernelFault;
+    use crate::optimizer::OptimizerArgs;
     use cistern_optim::{AdamConfig, LambConfig};
 
     const INVALIDATED: CUresult = CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;

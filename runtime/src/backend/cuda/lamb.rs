@@ -16,7 +16,8 @@ use super::ffi;
 use super::launch::{Arg, CudaSlice, Launcher};
 use super::status::{fault, launch_error};
 use crate::backend::stream::{KernelFault, LaunchError};
-use crate::{OptimizerArgs, ServerError};
+use crate::error::ServerError;
+use crate::optimizer::OptimizerArgs;
 
 /// Elements of one work item: a block's share of a segment at a time.
 pub(super) const ITEM_ELEMENTS: usize = 8192;

@@ -15,7 +15,9 @@ use super::optimizer::step_plan;
 use super::scratch::Scratch;
 use super::status::{fault, launch_error};
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
-use crate::{Kernel, OptimizerArgs, ServerError};
+use crate::error::ServerError;
+use crate::kernel::Kernel;
+use crate::optimizer::OptimizerArgs;
 
 /// A resolved range of device memory: its address and length in bytes.
 /// The manager frees memory only once every stream that used it has

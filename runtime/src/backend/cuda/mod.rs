@@ -69,9 +69,10 @@ use super::stream::{
     refuse_all,
 };
 use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
-use crate::command::EventId;
+use crate::error::ServerError;
+use crate::ids::Device;
+use crate::ids::EventId;
 use crate::sync::{Sender, unbounded};
-use crate::{Device, ServerError};
 
 /// A stream's channel to its executor thread.
 #[derive(Debug)]

@@ -7,8 +7,8 @@
 
 use cudarc::driver::DriverError;
 
-use crate::ServerError;
 use crate::backend::stream::{KernelFault, LaunchError};
+use crate::error::ServerError;
 
 /// What a failed driver call means for its context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

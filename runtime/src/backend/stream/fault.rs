@@ -3,7 +3,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::ServerError;
+use crate::error::ServerError;
 use crate::fault::panic_message;
 
 /// A sticky fault raised while running device work: it poisons the device.

@@ -11,8 +11,8 @@ use super::fault::{KernelFault, LaunchError, ReadError, caught};
 use super::health::DeviceHealth;
 use super::progress::StreamProgress;
 use super::work::{BoundLaunch, Job, Work};
-use crate::ServerError;
 use crate::backend::{Completion, StrideLayout};
+use crate::error::ServerError;
 use crate::failure::PendingToken;
 use crate::sync::{PATIENCE, Receiver, Sender, TryRecvError, poll_patiently, recv_patiently};
 

@@ -12,10 +12,11 @@ use cistern_memory::{SliceLocation, StreamId};
 use super::progress::StreamProgress;
 use super::runner::StreamDevice;
 use crate::backend::{Launches, ResolvedLaunch, StrideLayout};
-use crate::command::EventId;
+use crate::error::ServerError;
 use crate::failure::PendingToken;
+use crate::ids::EventId;
+use crate::kernel::Kernel;
 use crate::sync::Reply;
-use crate::{Kernel, ServerError};
 
 /// What a work item's memory and events are named by.
 pub trait Resolution {

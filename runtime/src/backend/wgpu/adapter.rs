@@ -5,8 +5,9 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use super::memory;
-use crate::device::default_cpu_memory_limit;
-use crate::{Device, DeviceInfo, ServerError};
+use crate::error::ServerError;
+use crate::host::default_cpu_memory_limit;
+use crate::ids::{Device, DeviceInfo};
 
 /// Bytes a wgpu device's server may hold by default when the adapter says
 /// nothing of its memory (Metal, DX12: wgpu reports no device memory).

@@ -14,8 +14,8 @@ use super::kernels::Plan;
 use super::optimizer::Skip;
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
-use crate::OptimizerArgs;
 use crate::backend::stream::{KernelFault, LaunchError};
+use crate::optimizer::OptimizerArgs;
 
 const fn amp_entry(name: &'static str, buffers: u32) -> Entry {
     Entry {

@@ -13,8 +13,8 @@ use super::context::GpuContext;
 use super::pipelines::{Entry, TABLE_BINDING};
 use super::slice::GpuSlice;
 use super::timing::Span;
-use crate::ServerError;
 use crate::backend::stream::LaunchError;
+use crate::error::ServerError;
 
 /// Invocations per workgroup of every 1D entry point.
 pub(super) const WORKGROUP: u64 = 256;

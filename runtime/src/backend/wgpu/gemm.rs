@@ -12,7 +12,7 @@ use super::dispatch::Params;
 use super::kernels::{Plan, activation_code, u32_of};
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
-use crate::ServerError;
+use crate::error::ServerError;
 
 const GEMM: Entry = Entry {
     module: Module::Gemm,

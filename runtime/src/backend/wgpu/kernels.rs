@@ -13,7 +13,9 @@ use super::dispatch::{Dispatch, PER_INVOCATION, Params, unsupported};
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
 use crate::backend::stream::{BoundLaunch, KernelFault, LaunchError};
-use crate::{Kernel, OptimizerArgs, ServerError};
+use crate::error::ServerError;
+use crate::kernel::Kernel;
+use crate::optimizer::OptimizerArgs;
 
 /// What a launch does on the device.
 #[derive(Debug)]

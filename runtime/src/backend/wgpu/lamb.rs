@@ -12,7 +12,8 @@ use super::kernels::{Plan, u32_of};
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
 use crate::backend::stream::{KernelFault, LaunchError};
-use crate::{OptimizerArgs, ServerError};
+use crate::error::ServerError;
+use crate::optimizer::OptimizerArgs;
 
 const fn lamb_entry(name: &'static str) -> Entry {
     Entry {

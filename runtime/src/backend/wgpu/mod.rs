@@ -37,9 +37,10 @@ use super::event::{EventSignal, HostEvent, event_of, record_in};
 use super::executors::{Executors, progress_of, unknown_stream};
 use super::stream::{BoundLaunch, Job, Resolver, StreamProgress, bind_launches};
 use super::{Backend, Completion, DeviceCounters, Launches, Refused, StreamWork, StrideLayout};
-use crate::command::EventId;
+use crate::error::ServerError;
+use crate::ids::Device;
+use crate::ids::EventId;
 use crate::sync::Sender;
-use crate::{Device, ServerError};
 
 /// A wgpu adapter as a device.
 #[derive(Debug)]

@@ -11,7 +11,8 @@ use super::kernels::Plan;
 use super::pipelines::{Entry, Module};
 use super::slice::GpuSlice;
 use crate::backend::stream::{KernelFault, LaunchError};
-use crate::{OptimizerArgs, ServerError};
+use crate::error::ServerError;
+use crate::optimizer::OptimizerArgs;
 
 const fn step_entry(name: &'static str) -> Entry {
     Entry {

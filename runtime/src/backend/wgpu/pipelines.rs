@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cistern_kernels::wgsl;
 
-use crate::ServerError;
+use crate::error::ServerError;
 use crate::sync::Mutex;
 
 /// A WGSL module: the prelude and one family's source.

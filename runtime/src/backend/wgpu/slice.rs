@@ -3,7 +3,7 @@
 use cistern_memory::{IoError, Reason, SliceLocation};
 
 use super::storage::WgpuStorage;
-use crate::ServerError;
+use crate::error::ServerError;
 
 /// Bytes `offset..offset + size` of a buffer. The buffer handle keeps the
 /// memory alive while queued work uses it, even if the manager releases

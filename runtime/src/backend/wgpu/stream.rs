@@ -17,7 +17,8 @@ use crate::backend::event::{EventSignal, HostEvent};
 use crate::backend::stream::{
     BoundLaunch, KernelFault, LaunchError, ReadError, StreamDevice, gpu_supports_strides,
 };
-use crate::{Kernel, ServerError};
+use crate::error::ServerError;
+use crate::kernel::Kernel;
 
 const STRIDED: Entry = Entry {
     module: Module::Strided,

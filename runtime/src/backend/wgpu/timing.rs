@@ -144,8 +144,8 @@ mod tests {
     use super::super::context::GpuContext;
     use super::super::kernels::Plan;
     use super::super::transfer::tests::slice_of;
-    use crate::Kernel;
     use crate::backend::stream::BoundLaunch;
+    use crate::kernel::Kernel;
 
     /// Runs a fill over 4096 floats on `context`.
     fn fill(context: &GpuContext, value: f32) {

@@ -174,8 +174,9 @@ pub(super) mod tests {
     use super::super::stream::{Counters, WgpuStream};
     use super::*;
     use crate::backend::stream::{DeviceHealth, Job, StreamProgress, StreamRunner, Work};
+    use crate::error::ServerError;
     use crate::sync::{oneshot, unbounded};
-    use crate::{ErrorCode, ServerError};
+    use cistern_memory::ErrorCode;
 
     fn context() -> Option<Arc<GpuContext>> {
         GpuContext::for_tests().map(Arc::new)
