@@ -28,7 +28,7 @@ struct State<T> {
     sleeping: bool,
 }
 
-struct Shared<T> {
+struct InboxShared<T> {
     state: Mutex<State<T>>,
     ready: Condvar,
     /// The queue's length, for the receiver's polls and the sender's
@@ -38,12 +38,12 @@ struct Shared<T> {
 
 /// The sending side (one per server: its handle).
 pub struct InboxSender<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<InboxShared<T>>,
 }
 
 /// The receiving side: the server thread.
 pub struct InboxReceiver<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<InboxShared<T>>,
 }
 
 /// What [`InboxReceiver::wait`] saw.
@@ -59,7 +59,7 @@ pub enum Waited {
 
 /// A new inbox's two sides.
 pub fn inbox<T>() -> (InboxSender<T>, InboxReceiver<T>) {
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(InboxShared {
         state: Mutex::new(State {
             queue: Vec::new(),
             closed: false,

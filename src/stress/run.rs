@@ -123,7 +123,7 @@ impl Watch {
 }
 
 /// What the clients of a run share.
-pub(crate) struct Shared {
+pub(crate) struct RunShared {
     pub(crate) config: StressConfig,
     pub(crate) counters: Counters,
     pub(crate) events: EventLog,
@@ -135,7 +135,7 @@ pub(crate) struct Shared {
     problems: Mutex<Vec<String>>,
 }
 
-impl Shared {
+impl RunShared {
     /// Whether clients should stop taking new operations.
     pub(crate) fn should_stop(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || self.deadline.is_some_and(|d| Instant::now() >= d)
@@ -210,7 +210,7 @@ pub fn run(
         None => None,
     };
     let start = Instant::now();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(RunShared {
         deadline: config.seconds.map(|s| start + Duration::from_secs_f64(s)),
         watches: (0..config.clients).map(|_| Watch::default()).collect(),
         counters: Counters::default(),
@@ -317,7 +317,7 @@ impl Watchdog {
         }
     }
 
-    fn check(&mut self, shared: &Shared) {
+    fn check(&mut self, shared: &RunShared) {
         let now = shared.elapsed();
         for (index, watch) in shared.watches.iter().enumerate() {
             let call = watch.calls.load(Ordering::Acquire);
@@ -360,7 +360,7 @@ fn progress_bar(config: &StressConfig) -> ProgressBar {
     bar
 }
 
-fn update_progress(bar: &ProgressBar, shared: &Shared) {
+fn update_progress(bar: &ProgressBar, shared: &RunShared) {
     if bar.is_hidden() {
         return;
     }

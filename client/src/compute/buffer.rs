@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cistern_runtime::{Binding, BufferRef, Command, Region};
 
-use super::client::Shared;
+use super::client::ClientShared;
 
 /// A device allocation. Cheap to clone; when the last clone drops, a free
 /// is sent to the server (which reuses the memory once the streams that used
@@ -25,7 +25,7 @@ pub struct Buffer {
 #[derive(Debug)]
 struct BufferInner {
     reference: BufferRef,
-    owner: Arc<Shared>,
+    owner: Arc<ClientShared>,
 }
 
 impl Drop for BufferInner {
@@ -38,7 +38,7 @@ impl Drop for BufferInner {
 }
 
 impl Buffer {
-    pub(crate) fn new(reference: BufferRef, size: u64, owner: Arc<Shared>) -> Self {
+    pub(crate) fn new(reference: BufferRef, size: u64, owner: Arc<ClientShared>) -> Self {
         Buffer {
             inner: Arc::new(BufferInner { reference, owner }),
             offset: 0,
@@ -96,7 +96,7 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn belongs_to(&self, owner: &Arc<Shared>) -> bool {
+    pub(crate) fn belongs_to(&self, owner: &Arc<ClientShared>) -> bool {
         Arc::ptr_eq(&self.inner.owner, owner)
     }
 }

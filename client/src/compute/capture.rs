@@ -20,7 +20,7 @@ use cistern_runtime::{
     CaptureId, Command, FailureToken, GraphInfo, GraphRef, KernelLaunch, ServerError, StreamId,
 };
 
-use super::client::Shared;
+use super::client::ClientShared;
 use super::{Buffer, ComputeClient};
 
 /// Records launches into the capture in progress. Cheap to clone; clones
@@ -31,7 +31,7 @@ use super::{Buffer, ComputeClient};
 pub struct CaptureToken {
     id: CaptureId,
     stream: StreamId,
-    owner: Arc<Shared>,
+    owner: Arc<ClientShared>,
 }
 
 /// Owns the capture in progress: [`ComputeClient::end_capture`] turns it
@@ -40,7 +40,7 @@ pub struct CaptureToken {
 #[derive(Debug)]
 pub struct CaptureGuard {
     id: CaptureId,
-    owner: Arc<Shared>,
+    owner: Arc<ClientShared>,
     /// Whether `end_capture` took over (so the drop sends nothing).
     ended: bool,
 }
@@ -58,7 +58,7 @@ pub struct Graph {
 #[derive(Debug)]
 struct GraphInner {
     info: GraphInfo,
-    owner: Arc<Shared>,
+    owner: Arc<ClientShared>,
 }
 
 impl Drop for GraphInner {

@@ -13,7 +13,7 @@ use super::{Buffer, Event};
 
 /// What every clone of a client, and every handle it made, shares.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct ClientShared {
     pub(crate) server: ServerHandle,
     /// Reads and syncs sent: the calls that wait for a stream.
     stream_waits: AtomicU64,
@@ -30,7 +30,7 @@ pub(crate) struct Shared {
 /// last handle it made are dropped.
 #[derive(Clone, Debug)]
 pub struct ComputeClient {
-    shared: Arc<Shared>,
+    shared: Arc<ClientShared>,
 }
 
 impl ComputeClient {
@@ -38,7 +38,7 @@ impl ComputeClient {
     pub fn open(device: Device, options: DeviceOptions) -> Result<Self, ServerError> {
         let server = cistern_runtime::open(device, options)?;
         Ok(ComputeClient {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ClientShared {
                 server,
                 stream_waits: AtomicU64::new(0),
             }),
@@ -357,7 +357,7 @@ impl ComputeClient {
     }
 
     /// What every clone shares, for handles made by the client's other modules.
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<ClientShared> {
         &self.shared
     }
 

@@ -4,18 +4,18 @@ use std::sync::Arc;
 
 use cistern_runtime::{Command, EventId};
 
-use super::client::Shared;
+use super::client::ClientShared;
 
 /// An event recorded on a stream; it fires when the stream reaches it.
 /// Dropping it tells the server no one will wait for it any more.
 #[derive(Debug)]
 pub struct Event {
     id: EventId,
-    owner: Arc<Shared>,
+    owner: Arc<ClientShared>,
 }
 
 impl Event {
-    pub(crate) fn new(id: EventId, owner: Arc<Shared>) -> Self {
+    pub(crate) fn new(id: EventId, owner: Arc<ClientShared>) -> Self {
         Event { id, owner }
     }
 
@@ -24,7 +24,7 @@ impl Event {
         self.id
     }
 
-    pub(crate) fn belongs_to(&self, owner: &Arc<Shared>) -> bool {
+    pub(crate) fn belongs_to(&self, owner: &Arc<ClientShared>) -> bool {
         Arc::ptr_eq(&self.owner, owner)
     }
 }

@@ -8,7 +8,7 @@
 use cistern_optim::{AdamConfig, AdamWConfig, GradScaler, OptimizerConfig, SgdConfig};
 use cistern_runtime::{AllocationPolicy, KernelLaunch, ScaleRule};
 
-use super::guard::{Backoff, latches};
+use super::latch::{Backoff, latches};
 use super::step::refuse_device_count;
 use super::store::DeviceParamStore;
 use crate::compute::Buffer;

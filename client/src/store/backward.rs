@@ -5,7 +5,7 @@
 use cistern_runtime::KernelLaunch;
 
 use super::store::{DeviceParamStore, Staged};
-use super::work::Work;
+use super::work::Effect;
 use crate::error::{AutodiffError, BackendError};
 use crate::tape::{Gradients, Sinks, StagedBy, Tape, Var};
 
@@ -72,7 +72,7 @@ impl DeviceParamStore {
                         .map_err(|error| self.fail_autodiff(error))?
                 }
             };
-            self.work.push(token, Work::Staging { serial });
+            self.work.push(token, Effect::Staging { serial });
             filled[slot] = true;
         }
         self.staged = Some(Staged {

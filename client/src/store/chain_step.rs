@@ -7,10 +7,10 @@ use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::{Activation, FailureToken, GemmSpec, KernelLaunch, OptimizerStep};
 
 use super::chain::{ChainLayer, LayerPlan, fused};
-use super::guard::Backoff;
+use super::latch::Backoff;
 use super::step::OptimizerRun;
 use super::store::DeviceParamStore;
-use super::work::{Restore, Work};
+use super::work::{Effect, Restore};
 use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
@@ -218,7 +218,7 @@ impl DeviceParamStore {
         let loss_serial = self.loss_serial;
         self.work.push(
             token,
-            Work::ChainStep {
+            Effect::ChainStep {
                 restore: Box::new(restore),
                 loss_serial,
             },

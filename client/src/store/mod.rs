@@ -10,7 +10,7 @@ mod chain_step;
 mod convert;
 mod families;
 mod forward;
-mod guard;
+mod latch;
 mod layout;
 mod readers;
 mod step;

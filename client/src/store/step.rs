@@ -8,7 +8,7 @@ use cistern_runtime::{
 };
 
 use super::store::DeviceParamStore;
-use super::work::{Restore, Work};
+use super::work::{Effect, Restore};
 use crate::compute::Buffer;
 use crate::error::BackendError;
 use crate::tape::Gradients;
@@ -269,7 +269,7 @@ impl DeviceParamStore {
             steps,
             device_amp: prepared.device_amp,
         });
-        self.work.push(token, Work::Step(Box::new(restore)));
+        self.work.push(token, Effect::Step(Box::new(restore)));
     }
 
     /// Sets the committed step count of the latest step (an AMP step that

@@ -100,7 +100,7 @@ impl DeviceParamStore {
     pub fn new(tape: &Tape, params: &[&Tensor<f32>]) -> Result<Self, BackendError> {
         let client = tape.client().clone();
         let layout = Layout::of(params)?;
-        super::guard::check_device(&client, None)?;
+        super::latch::check_device(&client, None)?;
         let stream = PrivateStream {
             id: client.create_stream()?,
             client: client.clone(),

@@ -16,12 +16,12 @@ pub(super) struct WorkList {
 #[derive(Debug)]
 pub(super) struct Queued {
     pub(super) token: FailureToken,
-    pub(super) work: Work,
+    pub(super) work: Effect,
 }
 
 /// What a queued launch did for the store.
 #[derive(Debug)]
-pub(super) enum Work {
+pub(super) enum Effect {
     /// A backward's copy of gradients into the staging buffer.
     Staging {
         /// That backward's serial.
@@ -50,7 +50,7 @@ pub(super) struct Restore {
 
 impl WorkList {
     /// Records queued `work` settled through `token`.
-    pub(super) fn push(&mut self, token: FailureToken, work: Work) {
+    pub(super) fn push(&mut self, token: FailureToken, work: Effect) {
         self.items.push(Queued { token, work });
     }
 

@@ -294,14 +294,14 @@ pub(super) fn split_as(spec: &GemmSpec, plan: Split, block: impl Fn(Block, bool)
 
 /// A pointer that tasks share; each task touches only its own block.
 #[derive(Clone, Copy)]
-pub(super) struct Shared<T>(pub(super) T);
+pub(super) struct SendPtr<T>(pub(super) T);
 // SAFETY: the tasks of one `split` read A and B and write disjoint blocks
 // of C; the borrows behind these pointers outlive the split.
-unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above.
-unsafe impl<T> Sync for Shared<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
 
-impl<T: Copy> Shared<T> {
+impl<T: Copy> SendPtr<T> {
     pub(super) fn get(&self) -> T {
         self.0
     }
@@ -324,9 +324,9 @@ pub(super) fn sub_problem(
 
 fn gemm_crate(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
     let (a, b, c) = (
-        Shared(a.as_ptr()),
-        Shared(b.as_ptr()),
-        Shared(c.as_mut_ptr()),
+        SendPtr(a.as_ptr()),
+        SendPtr(b.as_ptr()),
+        SendPtr(c.as_mut_ptr()),
     );
     let ldc = spec.n as isize;
     split(spec, |block, threaded| {
@@ -372,9 +372,9 @@ fn gemm_crate(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32])
 
 fn matrixmultiply(spec: &GemmSpec, s: &Strides, a: &[f32], b: &[f32], c: &mut [f32]) {
     let (a, b, c) = (
-        Shared(a.as_ptr()),
-        Shared(b.as_ptr()),
-        Shared(c.as_mut_ptr()),
+        SendPtr(a.as_ptr()),
+        SendPtr(b.as_ptr()),
+        SendPtr(c.as_mut_ptr()),
     );
     split(spec, |block, _| {
         let (m, n, c_at, a_at, b_at) = sub_problem(spec, s, block);

@@ -15,7 +15,7 @@ use cistern_runtime::{FailureToken, ServerError, StreamId};
 
 use super::counters::Counters;
 use super::pattern::Expected;
-use super::run::Shared;
+use super::run::RunShared;
 use super::workload::{Op, Workload};
 use cistern_memory::SplitMix64;
 
@@ -65,7 +65,7 @@ struct PendingLaunch {
 /// One client thread's state.
 pub(crate) struct Worker<'a> {
     index: usize,
-    shared: &'a Shared,
+    shared: &'a RunShared,
     client: ComputeClient,
     stream: StreamId,
     held: Vec<Held>,
@@ -83,7 +83,7 @@ impl<'a> Worker<'a> {
     /// Client `index` of `shared`'s run, on a stream of its own.
     pub(crate) fn new(
         index: usize,
-        shared: &'a Shared,
+        shared: &'a RunShared,
         client: ComputeClient,
         stream: StreamId,
     ) -> Self {

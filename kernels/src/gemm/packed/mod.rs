@@ -27,11 +27,11 @@ use std::cell::RefCell;
 
 use pack::{Operand, pack, packed_len};
 use prefetch::Lines;
-use shared::{LazyA, Shared, block_of, pack_up_front};
+use shared::{LazyA, SharedOperand, block_of, pack_up_front};
 use simd::{AVX2_MR, AVX2_NR, AVX512_MR, AVX512_NR, Micro, Out, Tile};
 
 use super::GemmSpec;
-use super::kernel::{Block, Shared as SharedPtr, Split, Strides, split_as, sub_problem};
+use super::kernel::{Block, SendPtr, Split, Strides, split_as, sub_problem};
 use crate::Activation;
 
 /// The cache blocks of one micro-kernel: `kc` steps of k per packed block,
@@ -181,7 +181,7 @@ fn product_as<const MR: usize, const NR: usize>(
             let blocks_of_a = (row_block::<MR>(blocking, spec.m), kc);
             let lazy = LazyA::new::<MR>(micro, &operands.a, (spec.m, spec.k), blocks_of_a, packed);
             let job = Job {
-                shared: Some(Shared::A(lazy)),
+                shared: Some(SharedOperand::A(lazy)),
                 ..unshared
             };
             return blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
@@ -189,7 +189,7 @@ fn product_as<const MR: usize, const NR: usize>(
         let b = (&operands.b, spec.n);
         let packed = pack_up_front::<NR>(micro, b, (spec.k, kc), plan.tasks, packed);
         let job = Job {
-            shared: Some(Shared::B(packed)),
+            shared: Some(SharedOperand::B(packed)),
             ..unshared
         };
         blocks::<MR, NR>(&job, spec, plan, operands, bias, c);
@@ -246,7 +246,7 @@ fn blocks<const MR: usize, const NR: usize>(
     bias: Option<&[f32]>,
     c: &mut [f32],
 ) {
-    let c = SharedPtr(c.as_mut_ptr());
+    let c = SendPtr(c.as_mut_ptr());
     split_as(spec, plan, |block, _| {
         // SAFETY: `c` is C (m·n long, checked by the caller), borrowed for
         // the whole split, whose blocks are disjoint.
@@ -264,7 +264,7 @@ unsafe fn one_block<const MR: usize, const NR: usize>(
     spec: &GemmSpec,
     operands: &Operands,
     bias: Option<&[f32]>,
-    c: SharedPtr<*mut f32>,
+    c: SendPtr<*mut f32>,
     block: Block,
 ) {
     let (m, n, c_at, a_at, b_at) = sub_problem(spec, &Strides::of(spec), block);
@@ -285,7 +285,7 @@ unsafe fn one_block<const MR: usize, const NR: usize>(
     // A task's share of a split by columns starts at its own fraction of
     // the row blocks of the shared op(A).
     let first_row_block = match &job.shared {
-        Some(Shared::A(lazy)) => block.start * lazy.row_blocks() / spec.n,
+        Some(SharedOperand::A(lazy)) => block.start * lazy.row_blocks() / spec.n,
         _ => 0,
     };
     let task = Task {
@@ -352,7 +352,7 @@ struct Job<'a> {
     micro: Micro,
     blocking: Blocking,
     kc: usize,
-    shared: Option<Shared<'a>>,
+    shared: Option<SharedOperand<'a>>,
 }
 
 /// One task's share: the job, the operands offset to its block, k, C's
@@ -416,8 +416,8 @@ fn blocked_as<const MR: usize, const NR: usize>(
         b: b_buffer,
     } = buffers;
     let (lazy_a, shared_b) = match shared {
-        Some(Shared::A(lazy)) => (Some(lazy), None),
-        Some(Shared::B(packed)) => (None, Some(*packed)),
+        Some(SharedOperand::A(lazy)) => (Some(lazy), None),
+        Some(SharedOperand::B(packed)) => (None, Some(*packed)),
         None => (None, None),
     };
     let mc_block = row_block::<MR>(blocking, m);

@@ -1,5 +1,5 @@
 //! The operand every task of a split reads whole, packed once for all of
-//! them ([`Shared`]): op(B) of a split by rows before the tasks start, its
+//! them ([`SharedOperand`]): op(B) of a split by rows before the tasks start, its
 //! parts in parallel ([`pack_up_front`]); op(A) of a split by columns
 //! block by block, each by the first task to reach it ([`LazyA`]).
 //!
@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use super::pack::{Operand, pack, packed_len};
 use super::prefetch::Lines;
 use super::simd::Micro;
-use crate::gemm::kernel::Shared as SharedPtr;
+use crate::gemm::kernel::SendPtr;
 
 /// The operand packed once for every task of a split.
-pub(super) enum Shared<'a> {
+pub(super) enum SharedOperand<'a> {
     /// op(B) of a split by rows, packed whole before the tasks start.
     B(&'a [f32]),
     /// op(A) of a split by columns, packed as the tasks first need it.
@@ -98,7 +98,7 @@ const FAILED: u8 = 3;
 pub(super) struct LazyA<'a> {
     micro: Micro,
     source: &'a Operand<'a>,
-    packed: SharedPtr<*mut f32>,
+    packed: SendPtr<*mut f32>,
     claims: Vec<AtomicU8>,
     width: usize,
     rows: usize,
@@ -123,7 +123,7 @@ impl<'a> LazyA<'a> {
         LazyA {
             micro,
             source,
-            packed: SharedPtr(dst.as_mut_ptr()),
+            packed: SendPtr(dst.as_mut_ptr()),
             claims: (0..blocks).map(|_| AtomicU8::new(EMPTY)).collect(),
             width: W,
             rows,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cistern_runtime::{ContextState, Health, ServerError};
 
 use super::store::DeviceParamStore;
-use super::work::Work;
+use super::work::Effect;
 use crate::compute::ComputeClient;
 use crate::error::BackendError;
 
@@ -195,9 +195,9 @@ impl DeviceParamStore {
         transient.map_or(Ok(()), Err)
     }
 
-    pub(super) fn put_back(&mut self, work: Work) {
+    pub(super) fn put_back(&mut self, work: Effect) {
         match work {
-            Work::Staging { serial } => {
+            Effect::Staging { serial } => {
                 if self
                     .staged
                     .as_ref()
@@ -206,8 +206,8 @@ impl DeviceParamStore {
                     self.staged = None;
                 }
             }
-            Work::Step(restore) => self.restore(*restore),
-            Work::ChainStep {
+            Effect::Step(restore) => self.restore(*restore),
+            Effect::ChainStep {
                 restore,
                 loss_serial,
             } => {
