@@ -14,16 +14,15 @@ LIMIT_MIB=60
 # The binaries gpu-check.sh runs, by the names they get in $OUT.
 BINARIES="cistern conformance cuda cuda_sticky_fault"
 
-FEATURES="cli,cuda"
 mkdir -p "$OUT" target
 rm -rf "${OUT:?}"/*
 
 # Test executables, found from cargo's JSON messages.
-cargo test --release --no-run -p cistern --no-default-features --features "$FEATURES" \
+cargo test --release --no-run -p cistern --no-default-features --features cuda \
     --test conformance --test cuda_sticky_fault --message-format=json >target/gpu-build-root.json
 cargo test --release --no-run -p cistern-runtime --features cuda \
     --test cuda --message-format=json >target/gpu-build-runtime.json
-cargo build --release -p cistern --no-default-features --features "$FEATURES" --bin cistern
+cargo build --release -p cistern-cli --no-default-features --features cuda --bin cistern
 
 # The executable of test target $1 in cargo's JSON messages $2.
 executable_of() {

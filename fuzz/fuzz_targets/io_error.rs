@@ -1,5 +1,5 @@
-//! cargo-fuzz target `io_error`: the body is `cistern::fuzzing::io_error`.
+//! cargo-fuzz target `io_error`: the body is `cistern_cli::fuzzing::io_error`.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern::fuzzing::io_error(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern_cli::fuzzing::io_error(data));

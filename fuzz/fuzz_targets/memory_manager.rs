@@ -1,5 +1,5 @@
-//! cargo-fuzz target `memory_manager`: the body is `cistern::fuzzing::memory_manager`.
+//! cargo-fuzz target `memory_manager`: the body is `cistern_cli::fuzzing::memory_manager`.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern::fuzzing::memory_manager(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern_cli::fuzzing::memory_manager(data));

@@ -1,5 +1,5 @@
-//! cargo-fuzz target `saved_model`: the body is `cistern::fuzzing::saved_model`.
+//! cargo-fuzz target `saved_model`: the body is `cistern_cli::fuzzing::saved_model`.
 
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern::fuzzing::saved_model(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| cistern_cli::fuzzing::saved_model(data));

@@ -1,4 +1,4 @@
-//! The fuzz targets on the stable toolchain: each body (`cistern::fuzzing`)
+//! The fuzz targets on the stable toolchain: each body (`cistern_cli::fuzzing`)
 //! runs on its checked-in corpus (`fuzz/corpus/<target>/`), on the seeds
 //! its encoders make, then on deterministic mutations of them (bit flips,
 //! truncations, splices, insertions). `CISTERN_FUZZ_MUTATIONS=N` runs N
@@ -7,8 +7,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
-use cistern::fuzzing::{TARGETS, Target, seeds};
 use cistern::memory::SplitMix64;
+use cistern_cli::fuzzing::{TARGETS, Target, seeds};
 
 /// Mutations per target by default: the whole file stays well under 20 s
 /// in a debug build.
@@ -16,7 +16,7 @@ const DEFAULT_MUTATIONS: usize = 1500;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/corpus")
+        .join("../fuzz/corpus")
         .join(target)
 }
 
@@ -183,7 +183,7 @@ fn saved_models_survive_their_corpus_and_its_mutations() {
 
 #[test]
 fn every_target_has_a_corpus_and_a_cargo_fuzz_file() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     for target in TARGETS {
         assert!(
             corpus_dir(target.name).is_dir(),

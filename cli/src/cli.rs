@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn every_cistern_command_the_gpu_check_runs_parses() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/gpu-check.sh");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/gpu-check.sh");
         let script = match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(error) => panic!("{path}: {error}"),

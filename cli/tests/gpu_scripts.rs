@@ -4,7 +4,7 @@
 //! parses is a unit test of the CLI: `src/cli.rs`.)
 
 fn script(name: &str) -> String {
-    let path = format!("{}/scripts/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../scripts/{name}", env!("CARGO_MANIFEST_DIR"));
     match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(error) => panic!("{path}: {error}"),

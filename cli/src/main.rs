@@ -1,8 +1,7 @@
 //! The `cistern` command line: train, predict, devices, bench, stress and report.
 //!
-//! Built only with the `cli` feature (on by default). Its modules are
-//! private modules of the library behind that feature (so the fuzz targets
-//! reach the parsers they read user files with): the stress tool's
+//! Its modules are private modules of the `cistern-cli` library (so the fuzz
+//! targets reach the parsers they read user files with): the stress tool's
 //! workload, verifier and telemetry writer are no public API, and the
 //! end-to-end tests drive them through this binary.
 
@@ -10,7 +9,7 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     exit_quietly_on_closed_pipe();
-    cistern::run_command_line()
+    cistern_cli::run_command_line()
 }
 
 /// Restores the default SIGPIPE action, which Rust's runtime ignores, so

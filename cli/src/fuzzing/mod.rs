@@ -1,9 +1,9 @@
 //! Fuzz target bodies: one function per decoder or parser that a user's
 //! bytes reach, each taking arbitrary bytes.
 //!
-//! `fuzz/` (cargo-fuzz, nightly) and `tests/fuzz_corpus.rs` (the stable
+//! `fuzz/` (cargo-fuzz, nightly) and `cli/tests/fuzz_corpus.rs` (the stable
 //! suite, over a checked-in corpus and its mutations) call the same bodies.
-//! Behind the `cli` feature, as the parsers of files are the command
+//! In `cistern-cli`, as the parsers of files are the command
 //! line's. A body never panics on any input unless a property it checks fails: a
 //! panic is a finding. Not an API: `docs/reliability.md` says how to run them.
 
