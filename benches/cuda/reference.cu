@@ -24,10 +24,7 @@
 #include "activation.cu"
 #include "gemm.cu"
 
-// Other shapes of gemm.cu's kernel, measured beside the two it ships
-// (WM 0: threads in a 16×16 grid, no warp tiles).
-CISTERN_GEMM_TILED(variant_128x128_k8_grid, 128, 128, 8, 8, 8, 0, 2)
-CISTERN_GEMM_TILED(variant_64x64_grid, 64, 64, 16, 4, 4, 0, 2)
+// Other shapes of gemm.cu's kernel, measured beside the two it ships.
 CISTERN_GEMM_TILED(variant_128x128_k16_w64, 128, 128, 16, 8, 8, 64, 2)
 CISTERN_GEMM_TILED(variant_128x128_k8_w32, 128, 128, 8, 8, 8, 32, 2)
 CISTERN_GEMM_TILED(variant_128x128_k8_w64_r1, 128, 128, 8, 8, 8, 64, 1)
@@ -245,8 +242,6 @@ int main(int argc, char** argv) {
     std::vector<Candidate> candidates = {
         {"cistern_gemm", cistern_gemm, 64, 64},
         {"cistern_gemm_large", cistern_gemm_large, 128, 128},
-        {"128x128_k8_grid", variant_128x128_k8_grid, 128, 128},
-        {"64x64_grid", variant_64x64_grid, 64, 64},
         {"128x128_k16_w64", variant_128x128_k16_w64, 128, 128},
         {"128x128_k8_w32", variant_128x128_k8_w32, 128, 128},
         {"128x128_k8_w64_r1", variant_128x128_k8_w64_r1, 128, 128},

@@ -27,8 +27,7 @@ __device__ __forceinline__ void cistern_gemm_tiled(
     int kind, float slope) {
     constexpr int LOADS_A = BM * BK / CISTERN_TG_THREADS;
     constexpr int LOADS_B = BN * BK / CISTERN_TG_THREADS;
-    constexpr int ROW_THREADS = BM / TM, COL_THREADS = BN / TN;
-    static_assert(ROW_THREADS * COL_THREADS == CISTERN_TG_THREADS, "256 threads a block");
+    static_assert((BM / TM) * (BN / TN) == CISTERN_TG_THREADS, "256 threads a block");
     static_assert(TM % 4 == 0 && TN % 4 == 0, "micro-tiles are groups of 4");
     static_assert(CISTERN_TG_THREADS % BM == 0 && CISTERN_TG_THREADS % BN == 0
                   && CISTERN_TG_THREADS % BK == 0, "loads tile the block evenly");
@@ -36,24 +35,19 @@ __device__ __forceinline__ void cistern_gemm_tiled(
     __shared__ __align__(16) float tile_b[2][BK][BN + CISTERN_TG_PAD];
     const int t = threadIdx.x;
     // The first of this thread's rows (and columns) of the tile, and the
-    // spacing of its groups of 4. WM = 0: threads in a 16×16 grid. Else
-    // warp tiles of WM rows: a warp's lanes read fewer distinct addresses
-    // of shared memory (8 float4s of A and 4 of B a step, not 2 and 16).
-    int row_base, row_step, col_base, col_step;
-    if constexpr (WM == 0) {
-        const int tx = t % COL_THREADS, ty = t / COL_THREADS;
-        row_base = ty * 4; row_step = 4 * ROW_THREADS;
-        col_base = tx * 4; col_step = 4 * COL_THREADS;
-    } else {
-        constexpr int WARP_ROWS = BM / WM;
-        constexpr int WARP_COLS = (CISTERN_TG_THREADS / 32) / WARP_ROWS;
-        constexpr int WN = BN / WARP_COLS;
-        constexpr int LANE_ROWS = WM / TM, LANE_COLS = WN / TN;
-        static_assert(LANE_ROWS * LANE_COLS == 32, "a warp's lanes tile its warp tile");
-        const int warp = t / 32, lane = t % 32;
-        row_base = (warp / WARP_COLS) * WM + (lane / LANE_COLS) * 4; row_step = 4 * LANE_ROWS;
-        col_base = (warp % WARP_COLS) * WN + (lane % LANE_COLS) * 4; col_step = 4 * LANE_COLS;
-    }
+    // spacing of its groups of 4: warp tiles of WM rows, so a warp's lanes
+    // read few distinct addresses of shared memory (8 float4s of A and 4 of
+    // B a step).
+    constexpr int WARP_ROWS = BM / WM;
+    constexpr int WARP_COLS = (CISTERN_TG_THREADS / 32) / WARP_ROWS;
+    constexpr int WN = BN / WARP_COLS;
+    constexpr int LANE_ROWS = WM / TM, LANE_COLS = WN / TN;
+    static_assert(LANE_ROWS * LANE_COLS == 32, "a warp's lanes tile its warp tile");
+    const int warp = t / 32, lane = t % 32;
+    const int row_base = (warp / WARP_COLS) * WM + (lane / LANE_COLS) * 4;
+    const int row_step = 4 * LANE_ROWS;
+    const int col_base = (warp % WARP_COLS) * WN + (lane % LANE_COLS) * 4;
+    const int col_step = 4 * LANE_COLS;
     const u64 tiles_n = (n + BN - 1) / BN;
     const u64 tiles = ((m + BM - 1) / BM) * tiles_n;
     for (u64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {

@@ -20,22 +20,44 @@ pub struct StepScalars {
     /// 4 first step, 8 Nesterov; Adam 1 coupled decay, 2 amsgrad; RMSprop 1
     /// weight decay, 2 momentum buffer, 4 centered; Adagrad 1 weight decay).
     pub ops: u32,
+    /// Each state buffer's slot, in layout order, among the GPU kernels'
+    /// state pointers (SGD and Adagrad take one, Adam and RMSprop three:
+    /// the ones a config leaves out are null).
+    pub state_slots: Vec<usize>,
 }
 
 /// The constants of `config`'s step `step` (steps count from 1), or `None`
 /// for LAMB, whose passes decide on the host between launches.
 pub fn step_scalars(config: &OptimizerConfig, step: u64) -> Option<StepScalars> {
-    let (floats, ops) = match config {
+    let adam_slots = |amsgrad: bool| if amsgrad { vec![0, 1, 2] } else { vec![0, 1] };
+    let ((floats, ops), state_slots) = match config {
         OptimizerConfig::Sgd(c) => {
-            SgdScalars::of(c, step).packed(!c.state_layout().buffers.is_empty())
+            let momentum = !c.state_layout().buffers.is_empty();
+            let slots = if momentum { vec![0] } else { vec![] };
+            (SgdScalars::of(c, step).packed(momentum), slots)
         }
-        OptimizerConfig::Adam(c) => AdamScalars::of_adam(c, step).packed(c.amsgrad),
-        OptimizerConfig::AdamW(c) => AdamScalars::of_adamw(c, step).packed(c.amsgrad),
-        OptimizerConfig::RmsProp(c) => RmsPropScalars::of(c).packed(c.momentum > 0.0, c.centered),
-        OptimizerConfig::Adagrad(c) => AdagradScalars::of(c, step).packed(),
+        OptimizerConfig::Adam(c) => (
+            AdamScalars::of_adam(c, step).packed(c.amsgrad),
+            adam_slots(c.amsgrad),
+        ),
+        OptimizerConfig::AdamW(c) => (
+            AdamScalars::of_adamw(c, step).packed(c.amsgrad),
+            adam_slots(c.amsgrad),
+        ),
+        OptimizerConfig::RmsProp(c) => {
+            let momentum = c.momentum > 0.0;
+            let slots = [Some(0), momentum.then_some(1), c.centered.then_some(2)];
+            let packed = RmsPropScalars::of(c).packed(momentum, c.centered);
+            (packed, slots.into_iter().flatten().collect())
+        }
+        OptimizerConfig::Adagrad(c) => (AdagradScalars::of(c, step).packed(), vec![0]),
         OptimizerConfig::Lamb(_) => return None,
     };
-    Some(StepScalars { floats, ops })
+    Some(StepScalars {
+        floats,
+        ops,
+        state_slots,
+    })
 }
 
 /// Runs of adjacent non-empty segments: (first element, elements). An

@@ -44,34 +44,17 @@ fn ops(scalars: &StepScalars) -> Arg {
 pub(super) fn step_plan(config: &OptimizerConfig, step: u64) -> Option<StepPlan> {
     let packed = step_scalars(config, step)?;
     let mut scalars = floats(&packed);
-    let (name, state_slots, layout_slots) = match config {
-        OptimizerConfig::Sgd(c) => {
-            let momentum = !c.state_layout().buffers.is_empty();
-            ("cistern_sgd", 1, if momentum { vec![0] } else { vec![] })
-        }
-        OptimizerConfig::Adam(cistern_optim::AdamConfig {
-            lr, betas, amsgrad, ..
-        })
-        | OptimizerConfig::AdamW(cistern_optim::AdamWConfig {
-            lr, betas, amsgrad, ..
-        }) => {
+    let (name, state_slots) = match config {
+        OptimizerConfig::Sgd(_) => ("cistern_sgd", 1),
+        OptimizerConfig::Adam(cistern_optim::AdamConfig { lr, betas, .. })
+        | OptimizerConfig::AdamW(cistern_optim::AdamWConfig { lr, betas, .. }) => {
             scalars.extend([Arg::F64(*lr), Arg::F64(betas.0), Arg::F64(betas.1)]);
-            let layout = if *amsgrad { vec![0, 1, 2] } else { vec![0, 1] };
-            ("cistern_adam", 3, layout)
+            ("cistern_adam", 3)
         }
-        OptimizerConfig::RmsProp(c) => {
-            let mut layout_slots = vec![0];
-            if c.momentum > 0.0 {
-                layout_slots.push(1);
-            }
-            if c.centered {
-                layout_slots.push(2);
-            }
-            ("cistern_rmsprop", 3, layout_slots)
-        }
+        OptimizerConfig::RmsProp(_) => ("cistern_rmsprop", 3),
         OptimizerConfig::Adagrad(c) => {
             scalars.extend([Arg::F64(c.lr), Arg::F64(c.lr_decay)]);
-            ("cistern_adagrad", 1, vec![0])
+            ("cistern_adagrad", 1)
         }
         OptimizerConfig::Lamb(_) => return None,
     };
@@ -79,7 +62,7 @@ pub(super) fn step_plan(config: &OptimizerConfig, step: u64) -> Option<StepPlan>
     Some(StepPlan {
         name,
         state_slots,
-        layout_slots,
+        layout_slots: packed.state_slots,
         scalars,
     })
 }

@@ -90,16 +90,11 @@ impl CudaStorage {
         let device = self.context.device;
         let count = usize::try_from(size / granularity).map_err(|_| vmm::too_large())?;
         let mut chunks = Vec::with_capacity(count);
-        let release = |chunks: &[CUmemGenericAllocationHandle]| {
-            for &chunk in chunks {
-                let _ = vmm::release(chunk);
-            }
-        };
         for _ in 0..count {
             match vmm::create(device, granularity) {
                 Ok(chunk) => chunks.push(chunk),
                 Err(error) => {
-                    release(&chunks);
+                    vmm::release_chunks(&chunks);
                     return Err(error);
                 }
             }
@@ -120,7 +115,7 @@ impl CudaStorage {
                 chunks,
             }),
             Err(error) => {
-                release(&chunks);
+                vmm::release_chunks(&chunks);
                 Err(error)
             }
         }
@@ -182,11 +177,9 @@ impl Storage for CudaStorage {
         let _ = self.context.bind();
         match self.granularity {
             Some(granularity) if !buffer.chunks.is_empty() => {
-                vmm::unmap_chunks(buffer.address, buffer.chunks.len(), granularity);
+                vmm::unmap_chunks(buffer.address, buffer.size, granularity);
                 let _ = vmm::free_addresses(buffer.address, buffer.size);
-                for chunk in buffer.chunks {
-                    let _ = vmm::release(chunk);
-                }
+                vmm::release_chunks(&buffer.chunks);
             }
             _ => {
                 let _ = ffi::free(buffer.address);
@@ -241,8 +234,7 @@ impl Storage for CudaStorage {
         let _ = self.context.bind();
         let granularity = self.granularity.unwrap_or(1);
         for (offset, size) in range.mapped {
-            let count = usize::try_from(size / granularity).unwrap_or(0);
-            vmm::unmap_chunks(range.address + offset, count, granularity);
+            vmm::unmap_chunks(range.address + offset, size, granularity);
         }
         let _ = vmm::free_addresses(range.address, range.size);
     }
@@ -301,7 +293,6 @@ impl Storage for CudaStorage {
         target.mapped.remove(&range_offset);
         let _ = self.context.bind();
         let granularity = self.granularity.unwrap_or(1);
-        let count = usize::try_from(size / granularity).unwrap_or(0);
-        vmm::unmap_chunks(target.address + range_offset, count, granularity);
+        vmm::unmap_chunks(target.address + range_offset, size, granularity);
     }
 }

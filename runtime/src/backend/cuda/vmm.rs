@@ -89,7 +89,7 @@ pub(super) fn map_chunks(
         // of `handle` is mapped.
         let mapped = unsafe { sys::cuMemMap(at, chunk as usize, 0, handle, 0).result() };
         if let Err(error) = mapped {
-            unmap_chunks(address, index, chunk);
+            unmap_chunks(address, index as u64 * chunk, chunk);
             return Err(error);
         }
     }
@@ -100,18 +100,26 @@ pub(super) fn map_chunks(
     // SAFETY: `address..+span` was mapped just above.
     let access_set = unsafe { sys::cuMemSetAccess(address, span as usize, &access, 1).result() };
     if let Err(error) = access_set {
-        unmap_chunks(address, chunks.len(), chunk);
+        unmap_chunks(address, span, chunk);
         return Err(error);
     }
     Ok(())
 }
 
-/// Unmaps `count` chunks of `chunk` bytes mapped one after another from
-/// `address` by [`map_chunks`]; failures are ignored (after a reset there
-/// is nothing left to unmap).
-pub(super) fn unmap_chunks(address: u64, count: usize, chunk: u64) {
-    for index in 0..count as u64 {
+/// Unmaps the chunks of `chunk` bytes that [`map_chunks`] mapped one
+/// after another over `span` bytes from `address`; failures are ignored
+/// (after a reset there is nothing left to unmap).
+pub(super) fn unmap_chunks(address: u64, span: u64, chunk: u64) {
+    for index in 0..span / chunk.max(1) {
         let _ = unmap(address + index * chunk, chunk);
+    }
+}
+
+/// Releases physical allocations (each goes once nothing maps it);
+/// failures are ignored, as after a reset.
+pub(super) fn release_chunks(chunks: &[CUmemGenericAllocationHandle]) {
+    for &chunk in chunks {
+        let _ = release(chunk);
     }
 }
 

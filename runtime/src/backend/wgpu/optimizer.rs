@@ -35,35 +35,20 @@ struct Step {
     slots: Vec<usize>,
 }
 
-fn adam_slots(amsgrad: bool) -> Vec<usize> {
-    if amsgrad { vec![3, 4, 5] } else { vec![3, 4] }
-}
-
 /// The step's entry point and state slots, with the constants of
 /// `cistern_kernels::step_scalars`; `None` for a family this backend does
 /// not run as one dispatch per run (LAMB).
 fn step_of(config: &OptimizerConfig, step: u64) -> Option<Step> {
     let packed = step_scalars(config, step)?;
-    let (entry, slots) = match config {
-        OptimizerConfig::Sgd(c) => {
-            let momentum = !c.state_layout().buffers.is_empty();
-            (step_entry("sgd"), if momentum { vec![3] } else { vec![] })
-        }
-        OptimizerConfig::Adam(c) => (ADAM, adam_slots(c.amsgrad)),
-        OptimizerConfig::AdamW(c) => (ADAM, adam_slots(c.amsgrad)),
-        OptimizerConfig::RmsProp(c) => {
-            let mut slots = vec![3];
-            if c.momentum > 0.0 {
-                slots.push(4);
-            }
-            if c.centered {
-                slots.push(5);
-            }
-            (step_entry("rmsprop"), slots)
-        }
-        OptimizerConfig::Adagrad(_) => (step_entry("adagrad"), vec![3]),
+    let entry = match config {
+        OptimizerConfig::Sgd(_) => step_entry("sgd"),
+        OptimizerConfig::Adam(_) | OptimizerConfig::AdamW(_) => ADAM,
+        OptimizerConfig::RmsProp(_) => step_entry("rmsprop"),
+        OptimizerConfig::Adagrad(_) => step_entry("adagrad"),
         OptimizerConfig::Lamb(_) => return None,
     };
+    // The state bindings follow params, grads and the flag.
+    let slots = packed.state_slots.iter().map(|slot| 3 + slot).collect();
     Some(Step {
         entry,
         op: packed.ops,
