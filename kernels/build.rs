@@ -6,6 +6,7 @@ fn main() {
     println!("cargo::rustc-check-cfg=cfg(cistern_prebuilt_ptx)");
     println!("cargo::rerun-if-changed=src/cuda");
     println!("cargo::rerun-if-changed=src/cuda.rs");
+    println!("cargo::rerun-if-changed=src/map");
     println!("cargo::rerun-if-env-changed=LD_LIBRARY_PATH");
     println!("cargo::rerun-if-env-changed=CISTERN_SKIP_PTX");
     #[cfg(feature = "cuda-ptx")]
@@ -16,6 +17,11 @@ fn main() {
 #[allow(dead_code, unexpected_cfgs)] // the build uses only the sources
 #[path = "src/cuda.rs"]
 mod cuda;
+
+#[cfg(feature = "cuda-ptx")]
+#[allow(dead_code)] // the build uses only the CUDA source
+#[path = "src/map/table.rs"]
+mod map;
 
 #[cfg(feature = "cuda-ptx")]
 mod ptx {

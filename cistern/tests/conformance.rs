@@ -51,6 +51,7 @@ conformance_tests! {
     ordering::an_upload_on_the_default_stream_is_used_at_once_by_another_stream,
     ordering::reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other,
     kernels::elementwise_kernels_match_the_cpu_kernels,
+    kernels::every_element_wise_definition_matches_its_cpu_body,
     kernels::a_kernel_over_a_sub_range_changes_only_that_range,
     kernels::every_activation_forward_and_backward_matches_the_cpu_kernels,
     kernels::gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel,

@@ -1,7 +1,10 @@
 //! The kernel catalogue: a stable name for every kernel, by which a server
-//! launches it on any backend.
+//! launches it on any backend. The element-wise kernels are one entry,
+//! [`KernelId::Map`], named by their definitions (`map/ops.rs`).
 
 use serde::{Deserialize, Serialize};
+
+use crate::map::MapOp;
 
 macro_rules! catalogue {
     ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
@@ -11,16 +14,23 @@ macro_rules! catalogue {
         #[non_exhaustive]
         pub enum KernelId {
             $($(#[doc = $doc])* $variant,)*
+            /// An element-wise kernel, one definition each ([`crate::map`]).
+            Map(MapOp),
         }
 
         impl KernelId {
-            /// Every kernel, in catalogue order.
-            pub const ALL: &'static [KernelId] = &[$(KernelId::$variant,)*];
+            /// Every kernel, in catalogue order, the element-wise ones last.
+            pub fn all() -> Vec<KernelId> {
+                let custom = [$(KernelId::$variant,)*];
+                let map = MapOp::ALL.iter().map(|&op| KernelId::Map(op));
+                custom.into_iter().chain(map).collect()
+            }
 
             /// The kernel's stable snake_case name.
             pub const fn name(self) -> &'static str {
                 match self {
                     $(KernelId::$variant => $name,)*
+                    KernelId::Map(op) => op.name(),
                 }
             }
 
@@ -28,7 +38,7 @@ macro_rules! catalogue {
             pub fn from_name(name: &str) -> Option<KernelId> {
                 match name {
                     $($name => Some(KernelId::$variant),)*
-                    _ => None,
+                    _ => MapOp::from_name(name).map(KernelId::Map),
                 }
             }
         }
@@ -42,18 +52,8 @@ catalogue! {
     Trap => "trap",
     /// Copies src to dst (CPU: [`crate::copy`]); the health probe's kernel.
     Identity => "identity",
-    /// [`crate::fill`].
-    Fill => "fill",
     /// [`crate::copy`].
     Copy => "copy",
-    /// [`crate::scale`].
-    Scale => "scale",
-    /// [`crate::axpy`].
-    Axpy => "axpy",
-    /// [`crate::add`].
-    Add => "add",
-    /// [`crate::mul`].
-    Mul => "mul",
     /// ReLU forward.
     ReluForward => "relu_forward",
     /// ReLU backward.
@@ -84,8 +84,6 @@ catalogue! {
     ColumnSum => "column_sum",
     /// [`crate::mse_loss`].
     MseLoss => "mse_loss",
-    /// [`crate::mse_loss_backward`].
-    MseLossBackward => "mse_loss_backward",
     /// [`crate::segment_sum`].
     SegmentSum => "segment_sum",
     /// [`crate::segment_sum_squares`].
@@ -116,13 +114,14 @@ mod tests {
 
     #[test]
     fn every_kernel_name_is_unique_and_round_trips() {
-        let mut names: Vec<_> = KernelId::ALL.iter().map(|k| k.name()).collect();
-        for &kernel in KernelId::ALL {
+        let all = KernelId::all();
+        let mut names: Vec<_> = all.iter().map(|k| k.name()).collect();
+        for &kernel in &all {
             assert_eq!(KernelId::from_name(kernel.name()), Some(kernel));
         }
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), KernelId::ALL.len());
+        assert_eq!(names.len(), all.len());
         assert_eq!(KernelId::from_name("no_such_kernel"), None);
     }
 }

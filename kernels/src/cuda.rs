@@ -40,7 +40,8 @@ pub fn ptx_arch(supported: &[i32]) -> Option<i32> {
         .min()
 }
 
-/// Every source as one CUDA C program, in [`SOURCES`] order.
+/// Every source as one CUDA C program, in [`SOURCES`] order, then the
+/// element-wise kernels made from their definitions (`map/ops.rs`).
 pub fn program() -> String {
     let mut text = String::new();
     for (name, source) in SOURCES {
@@ -50,6 +51,7 @@ pub fn program() -> String {
         text.push_str(source);
         text.push('\n');
     }
+    text.push_str(&crate::map::cuda_source());
     text
 }
 

@@ -1,11 +1,14 @@
-//! Elementwise kernels: fill, copy, scale, axpy, add, mul.
+//! Elementwise kernels: fill, copy, scale, axpy, add, mul (all but copy
+//! defined in `map/ops.rs`).
 
 use crate::KernelError;
-use crate::parallel::{for_each_mut, zip_mut, zip2_mut};
+use crate::map::{MapOp, map};
+use crate::parallel::zip_mut;
 
 /// Sets every element of `dst` to `value`.
 pub fn fill(dst: &mut [f32], value: f32) {
-    for_each_mut(dst, |d| d.fill(value));
+    let filled = map(MapOp::Fill, dst, &[], &[value]);
+    debug_assert!(filled.is_ok(), "fill takes no input and one scalar");
 }
 
 /// Copies `src` into `dst` (also the catalogue's `identity` kernel).
@@ -17,40 +20,21 @@ pub fn copy(src: &[f32], dst: &mut [f32]) -> Result<(), KernelError> {
 
 /// `x ← s·x`.
 pub fn scale(x: &mut [f32], s: f32) {
-    for_each_mut(x, |x| x.iter_mut().for_each(|v| *v *= s));
+    let scaled = map(MapOp::Scale, x, &[], &[s]);
+    debug_assert!(scaled.is_ok(), "scale takes no other input and one scalar");
 }
 
 /// In-place axpy: `a ← a + s·c`.
 pub fn axpy(a: &mut [f32], s: f32, c: &[f32]) -> Result<(), KernelError> {
-    KernelError::check_len("c", a.len(), c.len())?;
-    zip_mut(a, c, |a, c| {
-        for (a, &c) in a.iter_mut().zip(c) {
-            *a += s * c;
-        }
-    });
-    Ok(())
+    map(MapOp::Axpy, a, &[c], &[s])
 }
 
 /// `out ← a + b`.
 pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
-    KernelError::check_len("b", a.len(), b.len())?;
-    KernelError::check_len("out", a.len(), out.len())?;
-    zip2_mut(out, a, b, |o, a, b| {
-        for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
-            *o = a + b;
-        }
-    });
-    Ok(())
+    map(MapOp::Add, out, &[a, b], &[])
 }
 
 /// `out ← a ⊙ b` (elementwise product).
 pub fn mul(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
-    KernelError::check_len("b", a.len(), b.len())?;
-    KernelError::check_len("out", a.len(), out.len())?;
-    zip2_mut(out, a, b, |o, a, b| {
-        for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
-            *o = a * b;
-        }
-    });
-    Ok(())
+    map(MapOp::Mul, out, &[a, b], &[])
 }

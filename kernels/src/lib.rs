@@ -17,6 +17,7 @@ mod elementwise;
 mod erf;
 mod error;
 mod gemm;
+pub mod map;
 mod optimizer;
 mod parallel;
 mod reduce;
@@ -29,9 +30,12 @@ pub use elementwise::{add, axpy, copy, fill, mul, scale};
 pub use erf::{erf, erfc};
 pub use error::KernelError;
 pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_threads, gemm_with};
+pub use map::{MapOp, MapScalars, map};
 pub use optimizer::{
     ScaleRule, StepContext, StepOutcome, StepScalars, adagrad_step, adam_step, adamw_step,
     amp_unscale, amp_unscale_by_device_scale, amp_update_scale, lamb_step, optimizer_step,
     optimizer_step_counted, rmsprop_step, segment_runs, sgd_step, step_scalars,
 };
-pub use reduce::{column_sum, mse_loss, mse_loss_backward, segment_sum, segment_sum_squares};
+pub use reduce::{
+    column_sum, mse_backward_factor, mse_loss, mse_loss_backward, segment_sum, segment_sum_squares,
+};

@@ -124,12 +124,14 @@ fn helper_pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
-/// Runs `f` on each piece of `dst`.
-pub(crate) fn for_each_mut(dst: &mut [f32], f: impl Fn(&mut [f32]) + Sync + Send) {
+/// Runs `f` on each piece of `dst` with the index of its first element.
+pub(crate) fn for_each_indexed(dst: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync + Send) {
     if dst.len() < MIN_PARALLEL {
-        f(dst);
+        f(0, dst);
     } else {
-        dst.par_chunks_mut(PIECE).for_each(f);
+        dst.par_chunks_mut(PIECE)
+            .enumerate()
+            .for_each(|(piece, dst)| f(piece * PIECE, dst));
     }
 }
 

@@ -2,7 +2,7 @@
 
 use rayon::prelude::*;
 
-use crate::parallel::{MIN_PARALLEL, PIECE, map, sum, sum_squares, zip2_mut};
+use crate::parallel::{MIN_PARALLEL, PIECE, map, sum, sum_squares};
 use crate::{KernelError, Segment};
 use cistern_optim::validate_segments;
 
@@ -81,14 +81,19 @@ pub fn mse_loss_backward(
     grad: &mut [f32],
 ) -> Result<(), KernelError> {
     KernelError::check_len("target", pred.len(), target.len())?;
-    KernelError::check_len("grad", pred.len(), grad.len())?;
-    let factor = (2.0 * f64::from(grad_output) / pred.len().max(1) as f64) as f32;
-    zip2_mut(grad, pred, target, |g, p, t| {
-        for ((g, &p), &t) in g.iter_mut().zip(p).zip(t) {
-            *g = factor * (p - t);
-        }
-    });
-    Ok(())
+    let factor = mse_backward_factor(grad_output, pred.len());
+    crate::map(
+        crate::MapOp::MseLossBackward,
+        grad,
+        &[pred, target],
+        &[factor],
+    )
+}
+
+/// MSE backward's scalar over `n` elements: `2·grad_output / n`, in f64
+/// and rounded once (every backend's launch uses this one).
+pub fn mse_backward_factor(grad_output: f32, n: usize) -> f32 {
+    (2.0 * f64::from(grad_output) / n.max(1) as f64) as f32
 }
 
 /// `out[s] ← Σ x[segment s]`, accumulated in f64.

@@ -17,12 +17,12 @@ pub const BINDINGS_VEC4: &str = include_str!("wgsl/bindings_vec4.wgsl");
 pub const BINDINGS_VEC4_STEP: &str = include_str!("wgsl/bindings_vec4_step.wgsl");
 /// What every optimizer step reads from binding 3: `skipped`, `per_step`.
 pub const STEP: &str = include_str!("wgsl/step.wgsl");
-/// `fill`, `scale`, `axpy`, `binary` (add, mul, MSE backward), `amp_unscale`,
-/// and the activations' `forward` and `backward` (needs [`ACTIVATION`]).
+/// `amp_unscale`, and the activations' `forward` and `backward` (needs
+/// [`ACTIVATION`]); the plain element-wise kernels are made from their
+/// definitions ([`crate::map::wgsl_source`]).
 pub const ELEMENTWISE: &str = include_str!("wgsl/elementwise.wgsl");
-/// `fill`, `scale`, `axpy`, `binary`, `forward` and `backward` over `vec4`s,
-/// for runs whose bindings allow it (needs [`ACTIVATION`] and
-/// [`BINDINGS_VEC4`]).
+/// `forward` and `backward` over `vec4`s, for runs whose bindings allow it
+/// (needs [`ACTIVATION`] and [`BINDINGS_VEC4`]).
 pub const ELEMENTWISE_VEC4: &str = include_str!("wgsl/elementwise_vec4.wgsl");
 /// The activation functions, `activate` and `gradient`.
 pub const ACTIVATION: &str = include_str!("wgsl/activation.wgsl");

@@ -7,7 +7,8 @@ use cistern_runtime::backend::StreamWork;
 use cistern_runtime::testing::TestServer;
 use cistern_runtime::{
     AllocationPolicy, Binding, BufferRef, CaptureId, Command, ContextState, DEFAULT_STREAM,
-    ErrorCode, FailureToken, FaultPlan, GraphInfo, Kernel, KernelLaunch, Region, ServerError,
+    ErrorCode, FailureToken, FaultPlan, GraphInfo, Kernel, KernelLaunch, MapOp, Region,
+    ServerError,
 };
 
 fn begin(harness: &mut TestServer, stream: StreamId) -> CaptureId {
@@ -133,7 +134,9 @@ fn while_capturing_other_work_is_refused_transiently_and_nothing_is_queued() {
     assert!(harness.write(buffer, vec![0; 4]).is_ok());
 }
 
-const SCALE: Kernel = Kernel::Scale { factor: 2.0 };
+fn doubling() -> Kernel {
+    Kernel::map(MapOp::Scale, &[2.0])
+}
 
 #[test]
 fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
@@ -176,8 +179,12 @@ fn a_replay_queues_one_batch_and_the_fault_plan_counts_its_launches() {
     assert_eq!(
         kernels,
         vec![
-            (DEFAULT_STREAM, vec![SCALE, Kernel::Empty, SCALE], true),
-            (other, vec![SCALE, Kernel::Trap, SCALE], false),
+            (
+                DEFAULT_STREAM,
+                vec![doubling(), Kernel::Empty, doubling()],
+                true
+            ),
+            (other, vec![doubling(), Kernel::Trap, doubling()], false),
         ]
     );
     assert_eq!(harness.core.stats().replays, 2);

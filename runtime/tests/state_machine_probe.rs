@@ -7,8 +7,8 @@ use cistern_runtime::backend::StreamWork;
 use cistern_runtime::testing::{Run, TestServer, trap_poison};
 use cistern_runtime::{
     AllocationPolicy, Binding, BufferRef, Command, ContextState, DEFAULT_DRAIN_TIMEOUT,
-    DEFAULT_STREAM, ErrorCode, FailureToken, FaultPlan, Kernel, KernelLaunch, ProbeFault, Region,
-    ServerError,
+    DEFAULT_STREAM, ErrorCode, FailureToken, FaultPlan, Kernel, KernelLaunch, MapOp, ProbeFault,
+    Region, ServerError,
 };
 
 /// Poisons, invalidates and runs the device as `run` says; returns the
@@ -109,7 +109,7 @@ fn an_injected_mismatch_runs_the_wrong_kernel_and_ends_unrecoverable() {
     assert!(error.contains("wrong"), "{error}");
     assert_eq!(
         harness.device.kernels_run(),
-        vec![Kernel::Fill { value: 0.0 }]
+        vec![Kernel::map(MapOp::Fill, &[0.0])]
     );
 }
 
@@ -173,7 +173,7 @@ fn the_nth_accepted_launch_traps_and_refused_launches_do_not_count() {
     assert!(tokens[2].wait().is_err_and(|e| e.is_device_poisoned()));
     assert_eq!(
         harness.device.kernels_run(),
-        vec![Kernel::Fill { value: 1.0 }]
+        vec![Kernel::map(MapOp::Fill, &[1.0])]
     );
     assert!(harness.state().is_poisoned());
 }

@@ -2,7 +2,7 @@
 //! CPU kernels of `cistern-kernels` run on the host over the same data.
 
 use cistern::client::{Buffer, ComputeClient};
-use cistern::kernels::{self, Activation, GemmSpec, Segment};
+use cistern::kernels::{self, Activation, GemmSpec, MapOp, Segment};
 use cistern::runtime::{Device, KernelLaunch};
 
 use super::common::{ok, open};
@@ -86,6 +86,61 @@ fn elementwise_kernels_from(client: &ComputeClient, first: usize, n: usize) {
     host(kernels::mul(a_part, b_part, &mut want));
     run(client, KernelLaunch::mul(part(&da), part(&db), part(&out)));
     check(&out, &b, &want, "mul");
+}
+
+/// Every element-wise kernel's definition (`cistern_kernels::map`), new
+/// ones included, on and off a 16-byte boundary, long enough for the
+/// parallel path: a backend whose body of it differs fails here, named
+/// with the kernel.
+pub fn every_element_wise_definition_matches_its_cpu_body(device: Device) {
+    let client = open(device);
+    for &op in MapOp::ALL {
+        for first in [0, 1] {
+            element_wise_from(&client, device, op, first, 70_003);
+        }
+    }
+}
+
+/// `op` over elements `first..first + n` of buffers of `first + n`, against
+/// its CPU body over the same data; the elements before stay as they were.
+fn element_wise_from(client: &ComputeClient, device: Device, op: MapOp, first: usize, n: usize) {
+    let definition = op.definition();
+    let mut rng = SplitMix64::new(3 + first as u64);
+    let inputs: Vec<Vec<f32>> = (0..definition.inputs.len())
+        .map(|_| rng.symmetric_f32s(first + n))
+        .collect();
+    let scalars: Vec<f32> = (0..definition.scalars.len())
+        .map(|s| 0.75 - 0.5 * s as f32)
+        .collect();
+    let before = rng.symmetric_f32s(first + n);
+    let buffers: Vec<Buffer> = (0..definition.bindings())
+        .map(|binding| match inputs.get(binding) {
+            Some(values) => upload(client, values),
+            None => upload(client, &before),
+        })
+        .collect();
+    let part = |buffer: &Buffer| buffer.range(4 * first as u64, 4 * n as u64);
+    run(
+        client,
+        KernelLaunch::map(op, &scalars, buffers.iter().map(part).collect()),
+    );
+
+    let written = definition.written();
+    let mut want = inputs.get(written).unwrap_or(&before)[first..].to_vec();
+    let read: Vec<&[f32]> = (0..definition.bindings())
+        .filter(|&binding| binding != written)
+        .map(|binding| &inputs[binding][first..])
+        .collect();
+    host(kernels::map(op, &mut want, &read, &scalars));
+    let got = download(client, &buffers[written]);
+    let what = format!("{} on {device} from element {first}", op.name());
+    let untouched = inputs.get(written).unwrap_or(&before);
+    assert_eq!(
+        &got[..first],
+        &untouched[..first],
+        "{what}: before the range"
+    );
+    assert_within(&got[first..], &want, cancelling_tolerance(device), &what);
 }
 
 pub fn a_kernel_over_a_sub_range_changes_only_that_range(device: Device) {

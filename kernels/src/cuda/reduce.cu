@@ -28,11 +28,6 @@ extern "C" __global__ void cistern_mse_loss(
     if (threadIdx.x == 0) { out[0] = (float)(total / (double)n); }
 }
 
-extern "C" __global__ void cistern_mse_loss_backward(
-    const float* pred, const float* target, float factor, float* grad, u64 n) {
-    CISTERN_GRID_STRIDE(i, n) { grad[i] = factor * (pred[i] - target[i]); }
-}
-
 // out[j] = sum_i x[i][j] over a row-major rows x cols matrix.
 extern "C" __global__ void cistern_column_sum(const float* x, u64 rows, u64 cols, float* out) {
     CISTERN_GRID_STRIDE(j, cols) {

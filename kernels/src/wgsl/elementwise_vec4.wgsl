@@ -1,74 +1,7 @@
-// `fill`, `scale`, `axpy`, `binary` and the activations' `forward` and
-// `backward` four elements per load, where every binding starts a
-// multiple of 4 elements in and the run is a multiple of 4 long; the same
-// arithmetic as elementwise.wgsl (which takes any other run, and the
-// tail). Parameters as there; needs activation.wgsl.
-
-@compute @workgroup_size(256)
-fn fill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(num_workgroups) groups: vec3<u32>) {
-    let n = count() / 4u;
-    let value = vec4<f32>(pf(0u));
-    let first = base(1u) / 4u;
-    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
-        let i = streaming(wid, lid, groups, k);
-        if (i >= n) { return; }
-        b1[first + i] = value;
-    }
-}
-
-@compute @workgroup_size(256)
-fn scale(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-         @builtin(num_workgroups) groups: vec3<u32>) {
-    let n = count() / 4u;
-    let factor = pf(0u);
-    let first = base(1u) / 4u;
-    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
-        let i = streaming(wid, lid, groups, k);
-        if (i >= n) { return; }
-        let at = first + i;
-        b1[at] = b1[at] * factor;
-    }
-}
-
-@compute @workgroup_size(256)
-fn axpy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-        @builtin(num_workgroups) groups: vec3<u32>) {
-    let n = count() / 4u;
-    let alpha = pf(0u);
-    let first = base(1u) / 4u;
-    let x = base(2u) / 4u;
-    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
-        let i = streaming(wid, lid, groups, k);
-        if (i >= n) { return; }
-        let at = first + i;
-        b1[at] = b1[at] + alpha * b2[x + i];
-    }
-}
-
-@compute @workgroup_size(256)
-fn binary(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
-          @builtin(num_workgroups) groups: vec3<u32>) {
-    let n = count() / 4u;
-    let code = op();
-    let factor = pf(0u);
-    let left = base(1u) / 4u;
-    let right = base(2u) / 4u;
-    let out_at = base(3u) / 4u;
-    for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
-        let i = streaming(wid, lid, groups, k);
-        if (i >= n) { return; }
-        let a = b1[left + i];
-        let b = b2[right + i];
-        var out: vec4<f32>;
-        switch code {
-            case 0u: { out = a + b; }
-            case 1u: { out = a * b; }
-            default: { out = factor * (a - b); }
-        }
-        b3[out_at + i] = out;
-    }
-}
+// The activations' `forward` and `backward` four elements per load, where
+// every binding starts a multiple of 4 elements in and the run is a
+// multiple of 4 long; the same arithmetic as elementwise.wgsl (which takes
+// any other run, and the tail). Parameters as there; needs activation.wgsl.
 
 @compute @workgroup_size(256)
 fn forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,

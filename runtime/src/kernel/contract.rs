@@ -4,7 +4,8 @@
 //! The server checks each launch against its contract before anything runs
 //! (`server/validate.rs` applies the rules); backends trust it.
 
-use cistern_kernels::{Activation, GemmSpec, KernelId};
+use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
+use cistern_kernels::{Activation, GemmSpec, KernelId, MapOp};
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +56,14 @@ pub enum ShapeRule<'a> {
     Any,
     /// Every binding has the same length.
     Equal,
+    /// An element-wise kernel: every binding of one length, and the
+    /// scalars its definition names.
+    Map {
+        /// The kernel.
+        op: MapOp,
+        /// How many scalars the launch gives.
+        scalars: usize,
+    },
     /// `pred` and `target` of one non-zero length, `out` of one element.
     MeanOfPairs,
     /// `a` is `m×k`, `b` is `k×n`, the bias `n`, `c` is `m×n`.
@@ -109,7 +118,15 @@ impl Kernel {
             shape,
         };
         match self {
-            Kernel::Fill { .. } => contract("fill", KernelId::Fill, &[W], ShapeRule::Any),
+            Kernel::Map { op, scalars } => contract(
+                op.name(),
+                KernelId::Map(*op),
+                map_signature(op.definition()),
+                ShapeRule::Map {
+                    op: *op,
+                    scalars: scalars.given(),
+                },
+            ),
             Kernel::Copy => Contract {
                 element_size: 1,
                 ..contract("copy", KernelId::Copy, &[R, W], ShapeRule::Equal)
@@ -123,10 +140,6 @@ impl Kernel {
                 element_size: 1,
                 ..contract("trap", KernelId::Trap, &[], ShapeRule::Any)
             },
-            Kernel::Scale { .. } => contract("scale", KernelId::Scale, &[W], ShapeRule::Any),
-            Kernel::Axpy { .. } => contract("axpy", KernelId::Axpy, &[W, R], ShapeRule::Equal),
-            Kernel::Add => contract("add", KernelId::Add, &[R, R, W], ShapeRule::Equal),
-            Kernel::Mul => contract("mul", KernelId::Mul, &[R, R, W], ShapeRule::Equal),
             Kernel::ActivationForward { activation } => contract(
                 "activation_forward",
                 activation_id(*activation, true),
@@ -159,12 +172,6 @@ impl Kernel {
                 KernelId::MseLoss,
                 &[R, R, W],
                 ShapeRule::MeanOfPairs,
-            ),
-            Kernel::MseLossBackward { .. } => contract(
-                "mse_loss_backward",
-                KernelId::MseLossBackward,
-                &[R, R, W],
-                ShapeRule::Equal,
             ),
             Kernel::SegmentSum { segments } => contract(
                 "segment_sum",
@@ -215,6 +222,19 @@ impl Kernel {
     }
 }
 
+/// An element-wise kernel's bindings: read but the one it writes, which is
+/// its first (in place) or its last.
+fn map_signature(definition: &MapDefinition) -> &'static [Access] {
+    const WRITES_LAST: [Access; MAX_BINDINGS] = [R, R, R, R, R, W];
+    const WRITES_FIRST: [Access; MAX_BINDINGS] = [W, R, R, R, R, R];
+    let bindings = definition.bindings().min(MAX_BINDINGS);
+    if definition.in_place {
+        &WRITES_FIRST[..bindings]
+    } else {
+        &WRITES_LAST[MAX_BINDINGS - bindings..]
+    }
+}
+
 fn optimizer_signature(step: &OptimizerArgs) -> &'static [Access] {
     let state = step.config.state_layout().len();
     if step.found_inf {
@@ -241,6 +261,19 @@ impl ShapeRule<'_> {
     /// Checks the argument values that do not depend on the bindings (an
     /// optimizer's config and step count): the server asks this first.
     pub fn check_arguments(&self) -> Result<(), ServerError> {
+        if let ShapeRule::Map { op, scalars } = *self {
+            let takes = op.definition().scalars;
+            if scalars != takes.len() {
+                return Err(ServerError::InvalidArgument {
+                    message: format!(
+                        "{} takes {} scalars ({}), not {scalars}",
+                        op.name(),
+                        takes.len(),
+                        takes.join(", ")
+                    ),
+                });
+            }
+        }
         if let ShapeRule::CountedStep { step } = self {
             let kernel = step.kernel_id().name();
             return step
@@ -279,7 +312,7 @@ impl ShapeRule<'_> {
         };
         match *self {
             ShapeRule::Any => Ok(()),
-            ShapeRule::Equal => {
+            ShapeRule::Equal | ShapeRule::Map { .. } => {
                 if elements.windows(2).any(|pair| pair[0] != pair[1]) {
                     Err(invalid(format!("bindings differ in size: {elements:?}")))
                 } else {

@@ -1,7 +1,7 @@
 //! Constructors of well-formed launches, one per kernel: bindings in the
 //! order of the kernel's signature.
 
-use cistern_kernels::{Activation, GemmSpec, ScaleRule};
+use cistern_kernels::{Activation, GemmSpec, MapOp, ScaleRule};
 
 use super::{Binding, Kernel, KernelLaunch};
 use crate::optimizer::SegmentTable;
@@ -12,9 +12,15 @@ impl KernelLaunch {
         KernelLaunch { kernel, bindings }
     }
 
-    /// `Fill`: every `f32` of `target` becomes `value`.
+    /// The element-wise kernel `op` with `scalars` over `bindings` (its
+    /// inputs, then its output unless it writes in place).
+    pub fn map(op: MapOp, scalars: &[f32], bindings: Vec<Binding>) -> Self {
+        Self::new(Kernel::map(op, scalars), bindings)
+    }
+
+    /// `fill`: every `f32` of `target` becomes `value`.
     pub fn fill(target: Binding, value: f32) -> Self {
-        Self::new(Kernel::Fill { value }, vec![target])
+        Self::map(MapOp::Fill, &[value], vec![target])
     }
 
     /// `Copy`: `source`'s bytes to `target`.
@@ -37,24 +43,24 @@ impl KernelLaunch {
         Self::new(Kernel::Trap, Vec::new())
     }
 
-    /// `Scale`: `x ← factor·x`.
+    /// `scale`: `x ← factor·x`.
     pub fn scale(x: Binding, factor: f32) -> Self {
-        Self::new(Kernel::Scale { factor }, vec![x])
+        Self::map(MapOp::Scale, &[factor], vec![x])
     }
 
-    /// `Axpy`: `a ← a + alpha·c` (equal sizes).
+    /// `axpy`: `a ← a + alpha·c` (equal sizes).
     pub fn axpy(a: Binding, alpha: f32, c: Binding) -> Self {
-        Self::new(Kernel::Axpy { alpha }, vec![a, c])
+        Self::map(MapOp::Axpy, &[alpha], vec![a, c])
     }
 
-    /// `Add`: `out ← a + b` (equal sizes).
+    /// `add`: `out ← a + b` (equal sizes).
     pub fn add(a: Binding, b: Binding, out: Binding) -> Self {
-        Self::new(Kernel::Add, vec![a, b, out])
+        Self::map(MapOp::Add, &[], vec![a, b, out])
     }
 
-    /// `Mul`: `out ← a ⊙ b` (equal sizes).
+    /// `mul`: `out ← a ⊙ b` (equal sizes).
     pub fn mul(a: Binding, b: Binding, out: Binding) -> Self {
-        Self::new(Kernel::Mul, vec![a, b, out])
+        Self::map(MapOp::Mul, &[], vec![a, b, out])
     }
 
     /// `ActivationForward`: `y ← act(x)` (equal sizes).
@@ -96,15 +102,17 @@ impl KernelLaunch {
         Self::new(Kernel::MseLoss, vec![pred, target, out])
     }
 
-    /// `MseLossBackward`: `grad ← grad_output · 2(pred − target) / n`.
+    /// `mse_loss_backward`: `grad ← grad_output · 2(pred − target) / n`,
+    /// `n` being `pred`'s elements.
     pub fn mse_loss_backward(
         pred: Binding,
         target: Binding,
         grad_output: f32,
         grad: Binding,
     ) -> Self {
-        let kernel = Kernel::MseLossBackward { grad_output };
-        Self::new(kernel, vec![pred, target, grad])
+        let n = usize::try_from(pred.size / 4).unwrap_or(usize::MAX);
+        let factor = cistern_kernels::mse_backward_factor(grad_output, n);
+        Self::map(MapOp::MseLossBackward, &[factor], vec![pred, target, grad])
     }
 
     /// `SegmentSum`: `out[s] ← Σ x[segment s]`.

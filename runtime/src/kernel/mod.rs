@@ -25,7 +25,7 @@ mod optimizer_step;
 pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
-use cistern_kernels::{Activation, GemmSpec, KernelId, ScaleRule};
+use cistern_kernels::{Activation, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::BufferRef;
@@ -33,14 +33,17 @@ use crate::optimizer::{OptimizerArgs, SegmentTable};
 
 /// A kernel every backend provides, with its arguments. Bindings are listed
 /// in the order of the kernel's signature. New variants go last (serialized
-/// by position).
+/// by position); a new element-wise kernel is a [`MapOp`], not a variant.
 #[non_exhaustive]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Kernel {
-    /// Writes `value` to every `f32` of its one binding.
-    Fill {
-        /// The value written.
-        value: f32,
+    /// An element-wise kernel (`cistern_kernels::map`): bindings its
+    /// inputs, then its output unless it writes its first input.
+    Map {
+        /// Which one: its definition says its bindings and scalars.
+        op: MapOp,
+        /// Its scalar arguments, as many as its definition names.
+        scalars: MapScalars,
     },
     /// Copies its first binding's bytes to its second.
     Copy,
@@ -50,20 +53,6 @@ pub enum Kernel {
     Empty,
     /// Faults on the device, as a hardware trap does: poisons the context (tests).
     Trap,
-    /// `x ← factor·x` over its one binding.
-    Scale {
-        /// The multiplier.
-        factor: f32,
-    },
-    /// In-place axpy `a ← a + alpha·c`: bindings `a` (written), `c`.
-    Axpy {
-        /// The multiple of `c` added to `a`.
-        alpha: f32,
-    },
-    /// `out ← a + b`: bindings `a`, `b`, `out`.
-    Add,
-    /// `out ← a ⊙ b`: bindings `a`, `b`, `out`.
-    Mul,
     /// `y ← act(x)`: bindings `x`, `y`.
     ActivationForward {
         /// The function applied.
@@ -93,11 +82,6 @@ pub enum Kernel {
     },
     /// Mean squared error into one `f32`: bindings `pred`, `target`, `out`.
     MseLoss,
-    /// `grad ← grad_output · 2(pred − target) / n`: bindings `pred`, `target`, `grad`.
-    MseLossBackward {
-        /// `∂L/∂loss` (1 for the loss itself).
-        grad_output: f32,
-    },
     /// Per-segment sums: bindings `x`, `out` (one `f32` per segment).
     SegmentSum {
         /// One segment per output element.
@@ -139,6 +123,12 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// The element-wise kernel `op` with `scalars`.
+    pub fn map(op: MapOp, scalars: &[f32]) -> Kernel {
+        let scalars = MapScalars::new(scalars);
+        Kernel::Map { op, scalars }
+    }
+
     /// The kernel's name, as errors and traces show it.
     pub fn name(&self) -> &'static str {
         self.contract().name

@@ -7,6 +7,7 @@ use cistern_optim::{AdamConfig, OptimizerConfig, SgdConfig};
 use super::contract::Access::{Read as R, Write as W};
 use super::optimizer_step::OptimizerStep;
 use super::*;
+use crate::error::ServerError;
 use crate::ids::ServerId;
 
 fn binding() -> Binding {
@@ -53,6 +54,15 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
             b,
         ),
     ];
+    for &op in MapOp::ALL {
+        let definition = op.definition();
+        let scalars = vec![1.0; definition.scalars.len()];
+        launches.push(KernelLaunch::map(
+            op,
+            &scalars,
+            vec![b; definition.bindings()],
+        ));
+    }
     for activation in [
         Activation::Relu,
         Activation::LeakyRelu {
@@ -85,9 +95,37 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
 #[test]
 fn every_catalogue_kernel_is_reachable_by_a_launch() {
     let reached: Vec<KernelId> = one_launch_per_kernel().iter().map(|l| l.id()).collect();
-    for id in KernelId::ALL {
-        assert!(reached.contains(id), "{} has no launch", id.name());
+    for id in KernelId::all() {
+        assert!(reached.contains(&id), "{} has no launch", id.name());
     }
+}
+
+#[test]
+fn an_element_wise_kernel_writes_its_first_binding_in_place_or_else_its_last() {
+    let b = binding();
+    assert_eq!(KernelLaunch::axpy(b, 2.0, b).signature(), &[W, R]);
+    assert_eq!(KernelLaunch::scale(b, 2.0).signature(), &[W]);
+    assert_eq!(KernelLaunch::add(b, b, b).signature(), &[R, R, W]);
+    assert_eq!(KernelLaunch::fill(b, 0.0).signature(), &[W]);
+    assert_eq!(KernelLaunch::add(b, b, b).kernel.name(), "add");
+}
+
+#[test]
+fn an_element_wise_launch_with_the_wrong_number_of_scalars_is_an_invalid_argument() {
+    let b = binding();
+    for scalars in [&[][..], &[1.0, 2.0], &[1.0; 9]] {
+        let launch = KernelLaunch::map(MapOp::Axpy, scalars, vec![b, b]);
+        let refused = launch.kernel.contract().shape.check_arguments();
+        let Err(ServerError::InvalidArgument { message }) = refused else {
+            panic!("{scalars:?} scalars for axpy: {refused:?}");
+        };
+        assert!(
+            message.contains("axpy takes 1 scalars (alpha)"),
+            "{message}"
+        );
+    }
+    let launch = KernelLaunch::map(MapOp::Axpy, &[1.0], vec![b, b]);
+    assert!(launch.kernel.contract().shape.check_arguments().is_ok());
 }
 
 #[test]

@@ -129,7 +129,7 @@ impl<B: Backend> ServerCore<B> {
             Some(ProbeFault::Sticky) => trap(),
             // The wrong kernel, run for real: the read-back mismatches.
             Some(ProbeFault::Mismatch) => ResolvedLaunch {
-                kernel: Kernel::Fill { value: 0.0 },
+                kernel: Kernel::map(cistern_kernels::MapOp::Fill, &[0.0]),
                 bindings: vec![target],
             },
             _ => ResolvedLaunch {

@@ -1,6 +1,8 @@
 //! What the test device does with one resolved launch: the only place it
 //! knows kernels and their arguments.
 
+use cistern_kernels::MapOp;
+
 use super::memory::SimulatedMemory;
 use crate::backend::{DeviceCounters, ResolvedLaunch};
 use crate::kernel::Kernel;
@@ -8,7 +10,7 @@ use crate::kernel::Kernel;
 /// A launch that faulted on the device, as the `Trap` kernel does.
 pub(super) struct Trapped;
 
-/// Runs `launch` on `memory`: copies and identity move bytes, `Fill` writes
+/// Runs `launch` on `memory`: copies and identity move bytes, `fill` writes
 /// its value, `Trap` faults, every other kernel runs without touching
 /// memory (the suites that use this device check the server, not the
 /// arithmetic). Returns the kernel that ran, and counts it.
@@ -22,23 +24,23 @@ pub(super) fn run_launch(
         Kernel::Identity | Kernel::Copy => {
             memory.copy(launch.bindings[0], launch.bindings[1]);
         }
-        Kernel::Fill { value } => {
+        Kernel::Map {
+            op: MapOp::Fill,
+            scalars,
+        } => {
+            let value = scalars.as_slice().first().copied().unwrap_or(0.0);
             for chunk in memory.bytes_mut(launch.bindings[0]).chunks_exact_mut(4) {
                 chunk.copy_from_slice(&value.to_ne_bytes());
             }
         }
         Kernel::Empty => counters.empty_kernel_runs += 1,
         // Counted, not computed.
-        Kernel::Scale { .. }
-        | Kernel::Axpy { .. }
-        | Kernel::Add
-        | Kernel::Mul
+        Kernel::Map { .. }
         | Kernel::ActivationForward { .. }
         | Kernel::ActivationBackward { .. }
         | Kernel::Gemm { .. }
         | Kernel::ColumnSum { .. }
         | Kernel::MseLoss
-        | Kernel::MseLossBackward { .. }
         | Kernel::SegmentSum { .. }
         | Kernel::SegmentSumSquares { .. }
         | Kernel::AmpUnscale { .. }

@@ -11,6 +11,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use cistern_kernels::map::MAX_BINDINGS;
 use cistern_kernels::{GemmSpec, KernelError, StepContext};
 
 use super::device::CpuLaunch;
@@ -74,7 +75,21 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
     };
     let b = Bound(launch);
     match &launch.kernel {
-        &Kernel::Fill { value } => cistern_kernels::fill(b.write(0)?, value),
+        Kernel::Map { op, scalars } => {
+            let definition = op.definition();
+            let written = definition.written();
+            let mut read: [&[f32]; MAX_BINDINGS] = [&[]; MAX_BINDINGS];
+            let mut inputs = 0;
+            for index in (0..definition.bindings()).filter(|&index| index != written) {
+                *read
+                    .get_mut(inputs)
+                    .ok_or_else(|| malformed("too many bindings"))? = b.read(index)?;
+                inputs += 1;
+            }
+            let written = b.write(written)?;
+            cistern_kernels::map(*op, written, &read[..inputs], scalars.as_slice())
+                .map_err(refused)?;
+        }
         Kernel::Copy => copy_bytes(b.bytes(0)?, b.bytes_mut(1)?)?,
         Kernel::Identity => {
             cistern_kernels::copy(b.read(0)?, b.write(1)?).map_err(refused)?;
@@ -82,16 +97,6 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
         // Counted by `run_all` without a call.
         Kernel::Empty => {}
         Kernel::Trap => return Err(KernelFault::Trap.into()),
-        &Kernel::Scale { factor } => cistern_kernels::scale(b.write(0)?, factor),
-        &Kernel::Axpy { alpha } => {
-            cistern_kernels::axpy(b.write(0)?, alpha, b.read(1)?).map_err(refused)?;
-        }
-        Kernel::Add => {
-            cistern_kernels::add(b.read(0)?, b.read(1)?, b.write(2)?).map_err(refused)?;
-        }
-        Kernel::Mul => {
-            cistern_kernels::mul(b.read(0)?, b.read(1)?, b.write(2)?).map_err(refused)?;
-        }
         &Kernel::ActivationForward { activation } => {
             cistern_kernels::activation_forward(activation, b.read(0)?, b.write(1)?)
                 .map_err(refused)?;
@@ -112,10 +117,6 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
                 Some(out) => *out = loss,
                 None => return Err(malformed("mse_loss has no output element").into()),
             }
-        }
-        &Kernel::MseLossBackward { grad_output } => {
-            let (pred, target, grad) = (b.read(0)?, b.read(1)?, b.write(2)?);
-            cistern_kernels::mse_loss_backward(pred, target, grad_output, grad).map_err(refused)?;
         }
         Kernel::SegmentSum { segments } => {
             cistern_kernels::segment_sum(b.read(0)?, segments, b.write(1)?).map_err(refused)?;
@@ -292,7 +293,8 @@ mod tests {
 
     #[test]
     fn a_malformed_launch_in_a_batch_is_named_by_its_index() {
-        let batch = [Kernel::Empty, Kernel::Scale { factor: 2.0 }].map(bare);
+        let scale = Kernel::map(cistern_kernels::MapOp::Scale, &[2.0]);
+        let batch = [Kernel::Empty, scale].map(bare);
         let outcome = run_all(&batch);
         assert!(matches!(
             outcome.result,

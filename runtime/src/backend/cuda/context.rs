@@ -19,21 +19,17 @@ use super::ptx;
 use super::status::{FaultClass, classify, code, describe};
 use crate::sync::Mutex;
 
-/// Every kernel the module holds, by name.
-pub(super) const FUNCTIONS: [&str; 26] = [
+/// Every kernel the module holds, by name: these, then the element-wise
+/// ones ([`functions`]).
+const FUNCTIONS: [&str; 21] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
     "cistern_strided_copy",
-    "cistern_fill",
-    "cistern_scale",
-    "cistern_axpy",
-    "cistern_binary_op",
     "cistern_amp_unscale",
     "cistern_activation_forward",
     "cistern_activation_backward",
     "cistern_mse_loss",
-    "cistern_mse_loss_backward",
     "cistern_column_sum",
     "cistern_segment_sum",
     "cistern_gemm",
@@ -48,6 +44,14 @@ pub(super) const FUNCTIONS: [&str; 26] = [
     "cistern_amp_unscale_by_device_scale",
     "cistern_amp_update_scale",
 ];
+
+/// Every kernel the module holds, in load order: [`FUNCTIONS`], then each
+/// element-wise kernel's (made from its definition).
+pub(super) fn functions() -> impl Iterator<Item = &'static str> {
+    FUNCTIONS
+        .into_iter()
+        .chain(cistern_kernels::map::cuda_entries())
+}
 
 /// The kernels loaded in one epoch of the context.
 #[derive(Debug)]
@@ -64,8 +68,7 @@ unsafe impl Sync for Module {}
 impl Module {
     fn load(ptx: &CString) -> Driver<Module> {
         let module = ffi::module_load(ptx)?;
-        let functions = FUNCTIONS
-            .iter()
+        let functions = functions()
             .map(|name| ffi::function(module, name))
             .collect::<Result<Vec<_>, _>>();
         match functions {
@@ -78,9 +81,9 @@ impl Module {
         }
     }
 
-    /// The kernel `name` (one of [`FUNCTIONS`]).
+    /// The kernel `name` (one of [`functions`]).
     pub(super) fn function(&self, name: &str) -> Option<CUfunction> {
-        let at = FUNCTIONS.iter().position(|known| *known == name)?;
+        let at = functions().position(|known| known == name)?;
         self.functions.get(at).copied()
     }
 }

@@ -91,21 +91,16 @@ fn capturable(kernel: &Kernel) -> bool {
         Kernel::OptimizerStep(args) | Kernel::OptimizerStepCounted(args) => {
             !matches!(args.config, OptimizerConfig::Lamb(_))
         }
-        Kernel::Fill { .. }
+        Kernel::Map { .. }
         | Kernel::Copy
         | Kernel::Identity
         | Kernel::Empty
         | Kernel::Trap
-        | Kernel::Scale { .. }
-        | Kernel::Axpy { .. }
-        | Kernel::Add
-        | Kernel::Mul
         | Kernel::ActivationForward { .. }
         | Kernel::ActivationBackward { .. }
         | Kernel::Gemm { .. }
         | Kernel::ColumnSum { .. }
         | Kernel::MseLoss
-        | Kernel::MseLossBackward { .. }
         | Kernel::SegmentSum { .. }
         | Kernel::SegmentSumSquares { .. }
         | Kernel::AmpUnscale { .. }
@@ -459,7 +454,8 @@ mod tests {
 
     #[test]
     fn only_a_recorded_list_of_capturable_launches_runs_as_a_graph() {
-        let plain = [bound(Kernel::Fill { value: 1.0 }), bound(Kernel::Empty)];
+        let fill = Kernel::map(cistern_kernels::MapOp::Fill, &[1.0]);
+        let plain = [bound(fill), bound(Kernel::Empty)];
         assert!(wants_graph(true, &plain));
         assert!(!wants_graph(false, &plain), "an ordinary batch");
         assert!(!wants_graph(true, &[]));

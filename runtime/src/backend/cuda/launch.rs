@@ -134,13 +134,18 @@ impl Launcher<'_> {
         let b = Bound(launch);
         let p = |index| b.pointer(index);
         match &launch.kernel {
-            &Kernel::Fill { value } => {
-                let n = b.floats(0)?;
-                self.stride(
-                    "cistern_fill",
-                    n.div_ceil(4),
-                    &[p(0)?, Arg::F32(value), Arg::U64(n)],
-                )
+            Kernel::Map { op, scalars } => {
+                let definition = op.definition();
+                let bindings: Vec<usize> = (0..definition.bindings()).collect();
+                let n = b.same_floats(&bindings)?;
+                let mut args = bindings
+                    .iter()
+                    .map(|&i| p(i))
+                    .collect::<Result<Vec<_>, _>>()?;
+                args.extend(scalars.as_slice().iter().map(|&s| Arg::F32(s)));
+                args.push(Arg::U64(n));
+                // Four elements a thread through `float4` (map/table.rs).
+                self.stride(definition.cuda_entry, n.div_ceil(4), &args)
             }
             Kernel::Copy => {
                 let (source, target) = (b.slice(0)?, b.slice(1)?);
@@ -155,31 +160,6 @@ impl Launcher<'_> {
             }
             Kernel::Empty => self.call("cistern_empty", 1, &[]),
             Kernel::Trap => self.call("cistern_trap", 1, &[]),
-            &Kernel::Scale { factor } => {
-                let n = b.floats(0)?;
-                self.stride(
-                    "cistern_scale",
-                    n.div_ceil(4),
-                    &[p(0)?, Arg::F32(factor), Arg::U64(n)],
-                )
-            }
-            &Kernel::Axpy { alpha } => {
-                let n = b.same_floats(&[0, 1])?;
-                self.stride(
-                    "cistern_axpy",
-                    n.div_ceil(4),
-                    &[p(0)?, Arg::F32(alpha), p(1)?, Arg::U64(n)],
-                )
-            }
-            Kernel::Add | Kernel::Mul => {
-                let op = Arg::I32(i32::from(matches!(launch.kernel, Kernel::Mul)));
-                let n = b.same_floats(&[0, 1, 2])?;
-                self.stride(
-                    "cistern_binary_op",
-                    n.div_ceil(4),
-                    &[op, p(0)?, p(1)?, p(2)?, Arg::U64(n)],
-                )
-            }
             &Kernel::ActivationForward { activation } => {
                 let (kind, slope) = activation_code(activation);
                 let n = b.same_floats(&[0, 1])?;
@@ -215,13 +195,6 @@ impl Launcher<'_> {
                     return Err(refused("mse_loss: the mean of no elements is undefined"));
                 }
                 self.call("cistern_mse_loss", 1, &[p(0)?, p(1)?, p(2)?, Arg::U64(n)])
-            }
-            &Kernel::MseLossBackward { grad_output } => {
-                let n = b.same_floats(&[0, 1, 2])?;
-                // As the CPU: the factor in f64, then rounded once.
-                let factor = (2.0 * f64::from(grad_output) / n.max(1) as f64) as f32;
-                let args = [p(0)?, p(1)?, Arg::F32(factor), p(2)?, Arg::U64(n)];
-                self.stride("cistern_mse_loss_backward", n, &args)
             }
             Kernel::SegmentSum { segments } => self.segment_sums(&b, segments, false),
             Kernel::SegmentSumSquares { segments } => self.segment_sums(&b, segments, true),

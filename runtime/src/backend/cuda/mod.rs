@@ -39,7 +39,9 @@ pub use status::{FaultClass, classify};
 pub use storage::{CUDA_ALIGNMENT, CudaStorage};
 
 /// The name of every CUDA kernel the backend loads.
-pub const KERNEL_NAMES: &[&str] = &context::FUNCTIONS;
+pub fn kernel_names() -> Vec<&'static str> {
+    context::functions().collect()
+}
 
 /// The kernels compiled by NVRTC, now, for compute capability
 /// `major.minor`, as PTX text: needs an NVRTC library, not a GPU.

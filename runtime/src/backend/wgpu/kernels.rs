@@ -5,7 +5,7 @@
 //! element-wise, a grid too large) is refused as `UnsupportedOperation`
 //! before anything runs, and the device stays healthy.
 
-use cistern_kernels::Activation;
+use cistern_kernels::{Activation, MapOp};
 use cistern_optim::{LambConfig, OptimizerConfig};
 
 use super::context::GpuContext;
@@ -53,10 +53,6 @@ const fn streaming(name: &'static str, buffers: u32) -> Entry {
     }
 }
 
-const FILL: Entry = streaming("fill", 1);
-const SCALE: Entry = streaming("scale", 1);
-const AXPY: Entry = streaming("axpy", 2);
-const BINARY: Entry = streaming("binary", 3);
 const AMP_UNSCALE: Entry = streaming("amp_unscale", 2);
 const FORWARD: Entry = entry(Module::Elementwise, "forward", 2);
 const BACKWARD: Entry = entry(Module::Elementwise, "backward", 3);
@@ -67,10 +63,16 @@ const SEGMENT_SUM: Entry = Entry {
     ..entry(Module::Reduce, "segment_sum", 2)
 };
 
-/// Op codes of the `binary` entry point.
-const ADD: u32 = 0;
-const MUL: u32 = 1;
-const SCALED_DIFFERENCE: u32 = 2;
+/// The entry point of an element-wise kernel, made from its definition
+/// (`cistern_kernels::map`); its vec4 twin is in `Module::MapVec4`.
+fn map_entry(op: MapOp) -> Entry {
+    let definition = op.definition();
+    Entry {
+        module: Module::Map,
+        buffers: definition.bindings() as u32,
+        ..streaming(definition.wgsl_entry, 0)
+    }
+}
 
 /// An activation's op code and its slope (leaky relu's; 0 otherwise).
 pub(super) fn activation_code(activation: Activation) -> (u32, f32) {
@@ -113,13 +115,14 @@ impl GpuContext {
                 .map_err(refused)
         };
         match &launch.kernel {
-            &Kernel::Fill { value } => each(FILL, &[b(0)?], 0, &[value]),
+            Kernel::Map { op, scalars } => {
+                let bindings = (0..op.definition().bindings())
+                    .map(b)
+                    .collect::<Result<Vec<_>, _>>()?;
+                each(map_entry(*op), &bindings, 0, scalars.as_slice())
+            }
             Kernel::Copy | Kernel::Identity => Ok(Plan::Copy(b(0)?.clone(), b(1)?.clone())),
             Kernel::Empty | Kernel::Trap => Ok(Plan::Nothing),
-            &Kernel::Scale { factor } => each(SCALE, &[b(0)?], 0, &[factor]),
-            &Kernel::Axpy { alpha } => each(AXPY, &[b(0)?, b(1)?], 0, &[alpha]),
-            Kernel::Add => each(BINARY, &[b(0)?, b(1)?, b(2)?], ADD, &[]),
-            Kernel::Mul => each(BINARY, &[b(0)?, b(1)?, b(2)?], MUL, &[]),
             &Kernel::ActivationForward { activation } => {
                 let (code, slope) = activation_code(activation);
                 each(FORWARD, &[b(0)?, b(1)?], code, &[slope])
@@ -156,12 +159,6 @@ impl GpuContext {
                     .map_err(refused)?;
                 dispatch.groups = [1, 1, 1];
                 Ok(Plan::Dispatches(vec![dispatch]))
-            }
-            &Kernel::MseLossBackward { grad_output } => {
-                let (pred, target, grad) = (b(0)?, b(1)?, b(2)?);
-                let n = elements(pred).max(1) as f64;
-                let factor = (2.0 * f64::from(grad_output) / n) as f32;
-                each(BINARY, &[pred, target, grad], SCALED_DIFFERENCE, &[factor])
             }
             Kernel::SegmentSum { segments } => {
                 self.segment_sum(b(0)?, segments, b(1)?, 0).map_err(refused)
@@ -258,13 +255,13 @@ mod tests {
             slice(&context, 512, n),
         );
         for (entry, chunked) in [
-            (FILL, vec![&a]),
-            (AXPY, vec![&a, &b]),
-            (BINARY, vec![&a, &b, &c]),
+            (map_entry(MapOp::Fill), vec![&a]),
+            (map_entry(MapOp::Axpy), vec![&a, &b]),
+            (map_entry(MapOp::Add), vec![&a, &b, &c]),
         ] {
             let got = context.elementwise(entry, &chunked, &[], n, Params::default());
             let got = got.map(|dispatches| shape(&dispatches));
-            let want = vec![(Module::ElementwiseVec4, 400), (Module::Elementwise, 3)];
+            let want = vec![(Module::MapVec4, 400), (Module::Map, 3)];
             assert_eq!(got.ok(), Some(want), "{}", entry.name);
         }
     }
@@ -276,9 +273,10 @@ mod tests {
         };
         let n = 4 * 100;
         let (a, b) = (slice(&context, 0, n), slice(&context, 260, n));
-        let got = context.elementwise(AXPY, &[&a, &b], &[], n, Params::default());
+        let axpy = map_entry(MapOp::Axpy);
+        let got = context.elementwise(axpy, &[&a, &b], &[], n, Params::default());
         let got = got.map(|dispatches| shape(&dispatches));
-        assert_eq!(got.ok(), Some(vec![(Module::Elementwise, 400)]));
+        assert_eq!(got.ok(), Some(vec![(Module::Map, 400)]));
     }
 
     #[test]

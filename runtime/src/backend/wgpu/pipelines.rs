@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cistern_kernels::wgsl;
+use cistern_kernels::{map, wgsl};
 
 use crate::error::ServerError;
 use crate::sync::Mutex;
@@ -13,8 +13,12 @@ use crate::sync::Mutex;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum Module {
     Elementwise,
-    /// `fill`, `scale`, `axpy`, `binary` and the activations over `vec4`s.
+    /// The activations over `vec4`s.
     ElementwiseVec4,
+    /// The element-wise kernels made from their definitions.
+    Map,
+    /// [`Module::Map`] over `vec4`s.
+    MapVec4,
     Gemm,
     Reduce,
     Optimizer,
@@ -26,6 +30,15 @@ pub(super) enum Module {
 
 impl Module {
     fn source(self) -> String {
+        if let Module::Map | Module::MapVec4 = self {
+            let vec4 = self == Module::MapVec4;
+            let bindings = if vec4 {
+                wgsl::BINDINGS_VEC4
+            } else {
+                wgsl::BINDINGS
+            };
+            return [wgsl::PRELUDE, bindings, &map::wgsl_source(vec4)].concat();
+        }
         let parts: &[&str] = match self {
             Module::Elementwise => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE],
             Module::ElementwiseVec4 => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE_VEC4],
@@ -35,6 +48,7 @@ impl Module {
             Module::OptimizerVec4 => &[wgsl::STEP, wgsl::OPTIMIZER_VEC4],
             Module::Amp => &[wgsl::AMP],
             Module::Strided => &[wgsl::STRIDED],
+            Module::Map | Module::MapVec4 => &[],
         };
         let bindings = match self {
             Module::ElementwiseVec4 => wgsl::BINDINGS_VEC4,
@@ -47,19 +61,19 @@ impl Module {
             .collect()
     }
 
-    /// The module with this one's vec4 twins, and the entry points it has.
-    fn vec4(self) -> Option<(Module, &'static [&'static str])> {
-        match self {
-            Module::Elementwise => Some((
-                Module::ElementwiseVec4,
-                &["fill", "scale", "axpy", "binary", "forward", "backward"],
-            )),
-            Module::Optimizer => Some((
+    /// The module holding entry point `name`'s vec4 twin, if it has one.
+    fn vec4_twin(self, name: &str) -> Option<Module> {
+        let (twin, names): (Module, &[&str]) = match self {
+            Module::Elementwise => (Module::ElementwiseVec4, &["forward", "backward"]),
+            Module::Optimizer => (
                 Module::OptimizerVec4,
                 &["sgd", "adam", "rmsprop", "adagrad"],
-            )),
-            _ => None,
-        }
+            ),
+            // Every element-wise kernel has both forms.
+            Module::Map => return Some(Module::MapVec4),
+            _ => return None,
+        };
+        names.contains(&name).then_some(twin)
     }
 
     /// Whether this module binds buffer `binding` as `f32`s: every binding
@@ -67,7 +81,7 @@ impl Module {
     /// vec4 steps.
     pub(super) fn binds_f32s(self, binding: u32) -> bool {
         match self {
-            Module::ElementwiseVec4 => false,
+            Module::ElementwiseVec4 | Module::MapVec4 => false,
             Module::OptimizerVec4 => binding == 3,
             _ => true,
         }
@@ -91,8 +105,8 @@ impl Entry {
     /// This entry over `vec4`s (same name and bindings, four elements an
     /// item), where its module has that twin.
     pub(super) fn vec4(self) -> Option<Entry> {
-        let (module, names) = self.module.vec4()?;
-        names.contains(&self.name).then_some(Entry {
+        let module = self.module.vec4_twin(self.name)?;
+        Some(Entry {
             module,
             per_invocation: 4 * self.per_invocation,
             ..self

@@ -150,7 +150,7 @@ mod tests {
     /// Runs a fill over 4096 floats on `context`.
     fn fill(context: &GpuContext, value: f32) {
         let launch = BoundLaunch {
-            kernel: Kernel::Fill { value },
+            kernel: Kernel::map(cistern_kernels::MapOp::Fill, &[value]),
             bindings: vec![slice_of(context, &[0u8; 4 << 12])],
         };
         match context.plan(&launch) {
