@@ -8,7 +8,8 @@
 use cistern_optim::{AdamConfig, AdamWConfig, GradScaler, OptimizerConfig, SgdConfig};
 use cistern_runtime::{AllocationPolicy, KernelLaunch, ScaleRule};
 
-use super::latch::{Backoff, latches};
+use super::device_check::Backoff;
+use super::state::latches;
 use super::step::refuse_device_count;
 use super::store::DeviceParamStore;
 use crate::compute::Buffer;
@@ -64,7 +65,7 @@ impl DeviceParamStore {
     ) -> Result<bool, AutodiffError> {
         let mut prepared = self.prepare_step(config, gradients)?;
         refuse_device_count(&prepared)?;
-        let flag = self.found_inf_flag()?;
+        let flag = self.reserved_amp_words()?;
         let word = flag.range(FLAG, 4);
         prepared.before.push(KernelLaunch::fill(word, 0.0));
         prepared.before.push(KernelLaunch::amp_unscale(
@@ -77,7 +78,7 @@ impl DeviceParamStore {
         self.commit(token, &prepared, prepared.steps + 1);
         let skipped = self.read_flag_of_queued_step(&flag)?;
         if skipped {
-            self.recount(prepared.steps);
+            self.state.recount_latest_step(prepared.steps);
         }
         scaler
             .update(skipped)
@@ -100,7 +101,7 @@ impl DeviceParamStore {
             let Err(error) = &read else { break read };
             let error = BackendError::from(error.clone());
             if error.is_transient() {
-                if !self.work_refused_transiently() && backoff.wait() {
+                if !self.state.work_refused_transiently() && backoff.wait() {
                     continue;
                 }
             } else if !latches(&error) && !transfer_retried {
@@ -110,10 +111,11 @@ impl DeviceParamStore {
             break read;
         };
         self.after_wait(read).map_err(|error| {
-            if self.is_poisoned() || (error.is_transient() && self.work_refused_transiently()) {
+            let refused = error.is_transient() && self.state.work_refused_transiently();
+            if self.state.is_poisoned() || refused {
                 error
             } else {
-                self.latch(error)
+                self.state.latch(error)
             }
         })
     }
@@ -121,15 +123,15 @@ impl DeviceParamStore {
     /// The store's AMP words (the found-inf flag, then the device form's
     /// scale, growth tracker, skip count and step count), reserved on
     /// first use.
-    fn found_inf_flag(&mut self) -> Result<Buffer, BackendError> {
-        if let Some(flag) = &self.found_inf {
-            return Ok(flag.clone());
+    fn reserved_amp_words(&mut self) -> Result<Buffer, BackendError> {
+        if let Some(words) = self.state.amp_words() {
+            return Ok(words.clone());
         }
         let reserved = self
             .client
             .reserve_with(AMP_WORDS * 4, AllocationPolicy::Allow, self.stream.id)
-            .map_err(|error| self.fail(BackendError::from(error)))?;
-        self.found_inf = Some(reserved.clone());
+            .map_err(|error| self.state.fail(BackendError::from(error)))?;
+        self.state.keep_amp_words(reserved.clone());
         Ok(reserved)
     }
 }
@@ -204,8 +206,8 @@ impl DeviceParamStore {
     /// step. A failed step or read is returned and latches the store.
     pub fn device_amp_state(&self) -> Result<Option<DeviceAmpState>, BackendError> {
         self.enter()?;
-        let seeded = self.optimizer.as_ref().and_then(|run| run.device_amp);
-        let (Some(_), Some(words)) = (seeded, &self.found_inf) else {
+        let seeded = self.state.optimizer().and_then(|run| run.device_amp);
+        let (Some(_), Some(words)) = (seeded, self.state.amp_words()) else {
             return Ok(None);
         };
         let read = self.client.read_on(self.stream.id, words, SCALE, 16);
@@ -253,12 +255,12 @@ impl DeviceParamStore {
                         prepared.steps
                     ))
                 })?;
-                let words = self.found_inf_flag()?;
+                let words = self.reserved_amp_words()?;
                 self.seed(&words, scaler, steps)?;
                 prepared.device_amp = Some(rule);
             }
         }
-        let words = self.found_inf_flag()?;
+        let words = self.reserved_amp_words()?;
         let at = |offset| words.range(offset, 4);
         let mut launches = std::mem::take(&mut prepared.before);
         launches.push(KernelLaunch::fill(at(FLAG), 0.0));
@@ -277,7 +279,7 @@ impl DeviceParamStore {
             at(SKIPPED),
         ));
         let sent = self.client.launch_batch(self.stream.id, launches);
-        let token = sent.map_err(|error| self.fail(BackendError::from(error)))?;
+        let token = sent.map_err(|error| self.state.fail(BackendError::from(error)))?;
         self.commit(token, &prepared, prepared.steps);
         Ok(())
     }
@@ -292,7 +294,7 @@ impl DeviceParamStore {
         bytes.extend(steps.to_ne_bytes());
         self.client
             .write_on(self.stream.id, words, SCALE, &bytes)
-            .map_err(|error| self.fail(BackendError::from(error)))
+            .map_err(|error| self.state.fail(BackendError::from(error)))
     }
 }
 

@@ -4,9 +4,8 @@
 
 use cistern_runtime::KernelLaunch;
 
-use super::store::{DeviceParamStore, Staged};
-use super::work::Effect;
-use crate::error::{AutodiffError, BackendError};
+use super::store::DeviceParamStore;
+use crate::error::AutodiffError;
 use crate::tape::{Gradients, Sinks, StagedBy, Tape, Var};
 
 impl DeviceParamStore {
@@ -34,18 +33,7 @@ impl DeviceParamStore {
     ) -> Result<Gradients<'t>, AutodiffError> {
         self.enter_mut()?;
         self.check_tape_device(tape)?;
-        let leaves = match &self.pending {
-            None => {
-                return Err(AutodiffError::InvalidArgument(
-                    "backward through the store needs a registered forward".into(),
-                ));
-            }
-            Some(pending) if pending.tape != tape.id() => {
-                return Err(BackendError::TapeMismatch.into());
-            }
-            Some(pending) => pending.leaves.clone(),
-        };
-        self.staged = None;
+        let leaves = self.state.begin_backward(tape.id())?;
         let views = leaves.iter().enumerate().filter_map(|(slot, &leaf)| {
             let (offset, size) = self.layout.slot(slot)?.bytes();
             Some((leaf, self.staging.view(offset, size)?))
@@ -54,8 +42,7 @@ impl DeviceParamStore {
         let gradients = tape
             .backward_walk(loss, true, &mut sinks)
             .map_err(|error| self.fail_autodiff(error))?;
-        self.serial += 1;
-        let serial = self.serial;
+        let serial = self.state.new_backward_serial();
         let mut filled = vec![false; leaves.len()];
         for (slot, &leaf) in leaves.iter().enumerate() {
             let (Some(gradient), Some(layout)) =
@@ -72,14 +59,10 @@ impl DeviceParamStore {
                         .map_err(|error| self.fail_autodiff(error))?
                 }
             };
-            self.work.push(token, Effect::Staging { serial });
+            self.state.queue_staging(token, serial);
             filled[slot] = true;
         }
-        self.staged = Some(Staged {
-            serial,
-            tape: tape.id(),
-            filled,
-        });
+        self.state.stage_backward(serial, filled);
         Ok(gradients.staged_by(StagedBy {
             store: self.id,
             serial,
@@ -90,7 +73,7 @@ impl DeviceParamStore {
     /// device-level.
     fn fail_autodiff(&self, error: AutodiffError) -> AutodiffError {
         match error {
-            AutodiffError::Backend(error) => AutodiffError::Backend(self.fail(error)),
+            AutodiffError::Backend(error) => AutodiffError::Backend(self.state.fail(error)),
             other => other,
         }
     }

@@ -4,6 +4,7 @@
 
 use cistern_runtime::{Activation, AllocationPolicy, Binding, GemmSpec, KernelLaunch};
 
+use super::chain_plan::{LayerPlan, fused};
 use super::forward::ResidentLeaf;
 use super::store::DeviceParamStore;
 use crate::compute::{Buffer, ComputeClient, bytes_f32, f32_bytes};
@@ -30,26 +31,6 @@ impl ResidentInput {
     /// Its shape.
     pub fn shape(&self) -> &[usize] {
         &self.shape
-    }
-}
-
-/// One checked layer: its slots, sizes (`n×k` weight) and activation.
-#[derive(Clone, Debug, PartialEq)]
-pub(super) struct LayerPlan {
-    pub(super) weight: usize,
-    pub(super) bias: Option<usize>,
-    pub(super) n: usize,
-    pub(super) k: usize,
-    pub(super) activation: Activation,
-}
-
-/// Whether the activation's derivative is computed from its output (so
-/// the GEMM's epilogue applies it and no pre-activation is kept).
-pub(super) fn fused(activation: Activation) -> bool {
-    match activation {
-        Activation::Identity | Activation::Relu => true,
-        Activation::LeakyRelu { negative_slope } => negative_slope >= 0.0,
-        _ => false,
     }
 }
 
@@ -104,7 +85,7 @@ impl DeviceParamStore {
         let bytes = f32_bytes(input.data());
         self.client
             .write_on(self.stream.id, &buffer, 0, &bytes)
-            .map_err(|error| self.fail(BackendError::from(error)))?;
+            .map_err(|error| self.state.fail(BackendError::from(error)))?;
         Ok(ResidentInput {
             store: self.id,
             client: self.client.clone(),
@@ -148,9 +129,7 @@ impl DeviceParamStore {
         chain: &[ChainLayer<'_>],
         shape: &[usize],
     ) -> Result<Vec<LayerPlan>, BackendError> {
-        if self.pending.is_some() {
-            return Err(BackendError::PendingForwardUnconsumed);
-        }
+        self.state.check_no_pending_forward()?;
         if chain.is_empty() {
             return Err(BackendError::InvalidArgument(
                 "a chain needs a layer".into(),
@@ -221,12 +200,12 @@ impl DeviceParamStore {
         let token = self
             .client
             .launch_batch(self.stream.id, launches)
-            .map_err(|error| self.fail(BackendError::from(error)))?;
+            .map_err(|error| self.state.fail(BackendError::from(error)))?;
         let read = self.client.read_on(self.stream.id, &x, 0, x.size());
         let bytes = self.after_wait(read)?;
         token
             .wait()
-            .map_err(|error| self.fail(BackendError::from(error)))?;
+            .map_err(|error| self.state.fail(BackendError::from(error)))?;
         let width = plan.last().map_or(0, |layer| layer.n);
         Ok(Tensor::new(vec![rows, width], bytes_f32(&bytes))?)
     }
@@ -274,6 +253,6 @@ impl DeviceParamStore {
     pub(super) fn reserve_floats(&self, count: usize) -> Result<Buffer, BackendError> {
         self.client
             .reserve_with(count as u64 * 4, AllocationPolicy::Allow, self.stream.id)
-            .map_err(|error| self.fail(BackendError::from(error)))
+            .map_err(|error| self.state.fail(BackendError::from(error)))
     }
 }

@@ -6,11 +6,11 @@
 use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::{Activation, FailureToken, GemmSpec, KernelLaunch, OptimizerStep};
 
-use super::chain::{ChainLayer, LayerPlan, fused};
-use super::latch::Backoff;
-use super::step::OptimizerRun;
+use super::chain::ChainLayer;
+use super::chain_plan::{ChainRun, LayerPlan, fused};
+use super::device_check::Backoff;
+use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
-use super::work::{Effect, Restore};
 use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
@@ -30,26 +30,6 @@ impl TrainStepLoss {
     pub fn serial(&self) -> u64 {
         self.serial
     }
-}
-
-/// A chain's device buffers for one batch shape, and its recorded step.
-#[derive(Debug)]
-pub(super) struct ChainRun {
-    rows: usize,
-    plan: Vec<LayerPlan>,
-    x: Buffer,
-    y: Buffer,
-    /// Per layer: its output, its pre-activation (unfused activations),
-    /// the gradient of its output, and of its pre-activation.
-    outs: Vec<Buffer>,
-    pres: Vec<Option<Buffer>>,
-    grads: Vec<Buffer>,
-    act_grads: Vec<Option<Buffer>>,
-    loss: Buffer,
-    /// Whether one step ran directly (the warm-up).
-    warmed: bool,
-    /// The recorded step and the config it was recorded with.
-    graph: Option<(Graph, SgdConfig)>,
 }
 
 impl DeviceParamStore {
@@ -102,16 +82,17 @@ impl DeviceParamStore {
     /// of an older step or of another store is `InvalidArgument`.
     pub fn read_train_step_loss(&self, loss: &TrainStepLoss) -> Result<f32, BackendError> {
         self.enter()?;
-        if loss.store != self.id || loss.serial != self.loss_serial {
+        let latest = self.state.loss_serial();
+        if loss.store != self.id || loss.serial != latest {
             return Err(BackendError::InvalidArgument(format!(
                 "the loss is of step {} (of store {}); the latest is step {} of store {}",
-                loss.serial, loss.store, self.loss_serial, self.id
+                loss.serial, loss.store, latest, self.id
             )));
         }
         if let Some(value) = loss.host {
             return Ok(value);
         }
-        let buffer = match &self.chain {
+        let buffer = match self.state.chain_run() {
             Some(run) => &run.loss,
             None => return Err(BackendError::InvalidArgument("no train step ran".into())),
         };
@@ -130,10 +111,9 @@ impl DeviceParamStore {
         value: f32,
     ) -> Result<TrainStepLoss, BackendError> {
         self.enter_mut()?;
-        self.loss_serial += 1;
         Ok(TrainStepLoss {
             store: self.id,
-            serial: self.loss_serial,
+            serial: self.state.record_host_loss(),
             host: Some(value),
         })
     }
@@ -176,17 +156,19 @@ impl DeviceParamStore {
         self.enter_mut()?;
         let plan = self.check_train(chain, input, target, config)?;
         let rows = input.shape()[0];
-        let fresh = self
-            .chain
-            .as_ref()
-            .is_none_or(|run| run.rows != rows || run.plan != plan);
-        if fresh {
-            self.chain = None;
-            self.chain = Some(self.workspace(rows, plan)?);
-        }
+        // A workspace of another shape gives its buffers back before the new one is reserved.
+        let held = self
+            .state
+            .take_chain_run()
+            .filter(|run| run.fits(rows, &plan));
+        let run = match held {
+            Some(run) => run,
+            None => self.workspace(rows, plan)?,
+        };
+        self.state.keep_chain_run(run);
         if self
-            .optimizer
-            .as_ref()
+            .state
+            .optimizer()
             .is_some_and(|run| run.device_amp.is_some())
         {
             // The step count lives on the device: the host cannot count this step.
@@ -197,36 +179,24 @@ impl DeviceParamStore {
         }
         let optimizer = OptimizerConfig::Sgd(config.clone());
         let mut launches = Vec::new();
-        let (state, steps) = match &self.optimizer {
+        let (state, steps) = match self.state.optimizer() {
             Some(run) => (run.state.clone(), run.steps),
             None => (self.allocate_state(&optimizer, &mut launches)?, 0),
         };
-        let run = self.chain.take().ok_or(BackendError::StorePoisoned)?;
-        let sent = self.send_chain_step(run, input, target, config, &state, steps, launches);
-        let token = sent?;
-        let restore = Restore {
-            pending: self.pending.take(),
-            staged: self.staged.take(),
-            optimizer: self.optimizer.take(),
-        };
-        self.optimizer = Some(OptimizerRun {
+        let run = self
+            .state
+            .take_chain_run()
+            .ok_or(BackendError::StorePoisoned)?;
+        let token = self.send_chain_step(run, input, target, config, &state, steps, launches)?;
+        let committed = OptimizerRun {
             config: optimizer,
             state,
             steps: steps + 1,
             device_amp: None,
-        });
-        let loss_serial = self.loss_serial;
-        self.work.push(
-            token,
-            Effect::ChainStep {
-                restore: Box::new(restore),
-                loss_serial,
-            },
-        );
-        self.loss_serial += 1;
+        };
         Ok(TrainStepLoss {
             store: self.id,
-            serial: self.loss_serial,
+            serial: self.state.commit_chain_step(token, committed),
             host: None,
         })
     }
@@ -253,8 +223,8 @@ impl DeviceParamStore {
                     .write_on(stream, &run.y, 0, &f32_bytes(target.data()))
             });
         if let Err(error) = written {
-            self.chain = Some(run);
-            return Err(self.fail(BackendError::from(error)));
+            self.state.keep_chain_run(run);
+            return Err(self.state.fail(BackendError::from(error)));
         }
         let replay = run
             .graph
@@ -290,8 +260,8 @@ impl DeviceParamStore {
                 }
             }
         };
-        self.chain = Some(run);
-        sent.map_err(|error| self.fail(BackendError::from(error)))
+        self.state.keep_chain_run(run);
+        sent.map_err(|error| self.state.fail(BackendError::from(error)))
     }
 
     fn record(&self, launches: &[KernelLaunch]) -> Result<Graph, cistern_runtime::ServerError> {

@@ -4,7 +4,7 @@
 use cistern_runtime::Activation;
 
 use super::convert::backend;
-use super::store::{DeviceParamStore, PendingForward};
+use super::store::DeviceParamStore;
 use crate::error::BackendError;
 use crate::tape::{ResidentMark, Tape, TapeId, Var};
 
@@ -63,15 +63,11 @@ impl DeviceParamStore {
     ) -> Result<Vec<ResidentLeaf<'t>>, BackendError> {
         self.enter_mut()?;
         self.check_tape_device(tape)?;
-        if self.pending.is_some() {
-            return Err(BackendError::PendingForwardUnconsumed);
-        }
+        // Checked before the leaves are made: a refusal adds nothing to the tape.
+        self.state.check_no_pending_forward()?;
         let leaves = self.leaves(tape, true)?;
-        self.pending = Some(PendingForward {
-            tape: tape.id(),
-            leaves: leaves.iter().map(|leaf| leaf.var.index()).collect(),
-        });
-        self.staged = None;
+        let indices = leaves.iter().map(|leaf| leaf.var.index()).collect();
+        self.state.register_forward(tape.id(), indices)?;
         Ok(leaves)
     }
 
@@ -92,8 +88,7 @@ impl DeviceParamStore {
     /// returns whether one was pending. Idempotent.
     pub fn abandon_pending_forward(&mut self) -> Result<bool, BackendError> {
         self.enter_mut()?;
-        self.staged = None;
-        Ok(self.pending.take().is_some())
+        Ok(self.state.abandon_forward())
     }
 
     /// `input·weightᵀ + bias` over resident leaves (PyTorch's
@@ -134,7 +129,7 @@ impl DeviceParamStore {
         }
         let bias = bias.map(|bias| bias.var);
         tape.linear(input, &weight.var, bias.as_ref(), activation)
-            .map_err(|error| self.fail(backend(error)))
+            .map_err(|error| self.state.fail(backend(error)))
     }
 
     /// `DeviceMismatch` unless `tape` sends work to the store's device.
@@ -151,13 +146,9 @@ impl DeviceParamStore {
         if leaf.tape_id() != tape.id() {
             return Err(BackendError::TapeMismatch);
         }
-        if leaf.tracked {
-            match &self.pending {
-                Some(pending) if pending.tape != tape.id() => {
-                    return Err(BackendError::TapeMismatch);
-                }
-                _ => {}
-            }
+        let pending = self.state.pending_forward();
+        if leaf.tracked && pending.is_some_and(|pending| pending.tape() != tape.id()) {
+            return Err(BackendError::TapeMismatch);
         }
         if leaf.store != self.id {
             return Err(BackendError::InvalidArgument(format!(
@@ -166,10 +157,8 @@ impl DeviceParamStore {
             )));
         }
         if leaf.tracked {
-            let current = self
-                .pending
-                .as_ref()
-                .and_then(|pending| pending.leaves.get(leaf.slot))
+            let current = pending
+                .and_then(|pending| pending.leaves().get(leaf.slot))
                 .is_some_and(|&index| index == leaf.var.index());
             if !current {
                 return Err(BackendError::InvalidArgument(format!(

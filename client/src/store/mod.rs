@@ -3,20 +3,29 @@
 //! failure may have left them half-updated. `docs/param-store.md` has the
 //! design.
 
+// From the ground up: data and device checks; the state; the store;
+// its entry checks; then the calls.
+mod chain_plan;
+mod convert;
+mod device_check;
+mod layout;
+mod work;
+
+mod state;
+
+#[allow(clippy::module_inception)]
+mod store;
+
+mod entry;
+
 mod amp;
 mod backward;
 mod chain;
 mod chain_step;
-mod convert;
 mod families;
 mod forward;
-mod latch;
-mod layout;
 mod readers;
 mod step;
-#[allow(clippy::module_inception)]
-mod store;
-mod work;
 
 pub use amp::DeviceAmpState;
 pub use chain::{ChainLayer, ResidentInput};

@@ -44,15 +44,15 @@ impl DeviceParamStore {
     ) -> Result<Vec<Tensor<f32>>, BackendError> {
         self.enter()?;
         self.check_tape_device(gradients.tape())?;
-        let pending = self.pending.as_ref().ok_or_else(|| {
+        let pending = self.state.pending_forward().ok_or_else(|| {
             BackendError::InvalidArgument("no pending forward has gradients".into())
         })?;
-        if gradients.tape_id() != pending.tape {
+        if gradients.tape_id() != pending.tape() {
             return Err(BackendError::TapeMismatch);
         }
-        let staged = match (&self.staged, gradients.staging()) {
-            (Some(staged), Some(tag)) if tag.store == self.id && tag.serial == staged.serial => {
-                staged.filled.clone()
+        let staged = match (self.state.staged_gradients(), gradients.staging()) {
+            (Some(staged), Some(tag)) if tag.store == self.id && tag.serial == staged.serial() => {
+                staged.filled().to_vec()
             }
             _ => vec![false; self.layout.slots().len()],
         };
@@ -62,7 +62,7 @@ impl DeviceParamStore {
                 true => None,
                 false => Some(
                     pending
-                        .leaves
+                        .leaves()
                         .get(slot)
                         .and_then(|&leaf| gradients.buffer_at(leaf))
                         .ok_or_else(|| self.missing(slot))?,
@@ -104,11 +104,9 @@ impl DeviceParamStore {
     /// Which slots the latest backward staged, while a step has not
     /// consumed them.
     fn staged_slots(&self) -> Result<Vec<bool>, BackendError> {
-        match (&self.staged, &self.pending) {
-            (Some(staged), Some(pending)) if staged.tape == pending.tape => {
-                Ok(staged.filled.clone())
-            }
-            _ => Err(BackendError::InvalidArgument(
+        match self.state.staged_gradients() {
+            Some(staged) => Ok(staged.filled().to_vec()),
+            None => Err(BackendError::InvalidArgument(
                 "the staged gradients are readable after backward and before the step".into(),
             )),
         }

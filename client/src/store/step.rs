@@ -7,26 +7,11 @@ use cistern_runtime::{
     AllocationPolicy, FailureToken, KernelLaunch, OptimizerStep, optimizer_error,
 };
 
+use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
-use super::work::{Effect, Restore};
 use crate::compute::Buffer;
 use crate::error::BackendError;
 use crate::tape::Gradients;
-
-/// The optimizer a store steps with, fixed by its first step.
-#[derive(Clone, Debug)]
-pub(super) struct OptimizerRun {
-    /// The latest step's config (only `lr` may change between steps).
-    pub(super) config: OptimizerConfig,
-    /// The state buffers, in the config's state-layout order.
-    pub(super) state: Vec<Buffer>,
-    /// Steps committed on the host (frozen once the count is on the device).
-    pub(super) steps: u64,
-    /// Set by the first AMP step with no synchronisation: from then on the
-    /// step count, loss scale and growth tracker live on the device, and
-    /// follow this rule.
-    pub(super) device_amp: Option<ScaleRule>,
-}
 
 /// A validated step, ready to send: the launches that go before it in
 /// its batch (state fills, gathered gradients), the step, its state and
@@ -103,7 +88,7 @@ impl DeviceParamStore {
         let source = self.gradient_source(gradients)?;
         self.check_config(&config)?;
         let mut before = Vec::new();
-        let (state, steps, device_amp) = match &self.optimizer {
+        let (state, steps, device_amp) = match self.state.optimizer() {
             Some(run) => (run.state.clone(), run.steps, run.device_amp),
             None => (self.allocate_state(&config, &mut before)?, 0, None),
         };
@@ -141,11 +126,9 @@ impl DeviceParamStore {
             Err(error) => BackendError::from(error),
         };
         if !matches!(error, BackendError::InvalidArgument(_)) && !error.is_transient() {
-            return Err(self.fail(error));
+            return Err(self.state.fail(error));
         }
-        if let Some(item) = self.work.items.pop() {
-            self.put_back(item.work);
-        }
+        self.state.put_back_latest();
         // The refusal is latched on the stream too; this sync answers and
         // clears it, so the next wait does not mistake it for a fault.
         let _ = self.client.sync(self.stream.id);
@@ -155,16 +138,16 @@ impl DeviceParamStore {
     /// The gradients' checks: tape, store and serial, then every slot.
     fn gradient_source(&self, gradients: &Gradients<'_>) -> Result<GradientSource, BackendError> {
         self.check_tape_device(gradients.tape())?;
-        let pending = self.pending.as_ref().ok_or_else(|| {
+        let pending = self.state.pending_forward().ok_or_else(|| {
             BackendError::InvalidArgument(
                 "a step needs a registered forward and its backward".into(),
             )
         })?;
-        if gradients.tape_id() != pending.tape {
+        if gradients.tape_id() != pending.tape() {
             return Err(BackendError::TapeMismatch);
         }
         let Some(tag) = gradients.staging() else {
-            return self.gathered(gradients, &pending.leaves);
+            return self.gathered(gradients, pending.leaves());
         };
         if tag.store != self.id {
             return Err(BackendError::InvalidArgument(
@@ -172,16 +155,17 @@ impl DeviceParamStore {
             ));
         }
         let staged = self
-            .staged
-            .as_ref()
-            .filter(|staged| staged.serial == tag.serial)
+            .state
+            .staged_gradients()
+            .filter(|staged| staged.serial() == tag.serial)
             .ok_or_else(|| {
                 BackendError::InvalidArgument(format!(
                     "the gradients are of backward {}; the latest is {}",
-                    tag.serial, self.serial
+                    tag.serial,
+                    self.state.backward_serial()
                 ))
             })?;
-        match staged.filled.iter().position(|&filled| !filled) {
+        match staged.filled().iter().position(|&filled| !filled) {
             Some(slot) => Err(self.missing(slot)),
             None => Ok(GradientSource::Staged),
         }
@@ -219,7 +203,7 @@ impl DeviceParamStore {
         config
             .validate()
             .map_err(|error| BackendError::from(optimizer_error("step", error)))?;
-        let Some(run) = &self.optimizer else {
+        let Some(run) = self.state.optimizer() else {
             return Ok(());
         };
         if std::mem::discriminant(&run.config) != std::mem::discriminant(config) {
@@ -251,33 +235,20 @@ impl DeviceParamStore {
             before.push(step.into_launch());
             self.client.launch_batch(stream, before)
         };
-        sent.map_err(|error| self.fail(BackendError::from(error)))
+        sent.map_err(|error| self.state.fail(BackendError::from(error)))
     }
 
     /// Records a queued step: the pending forward and staged gradients are
     /// consumed and the step count becomes `steps` (put back if the device
     /// refuses the step as transient; any other failure latches the store).
     pub(super) fn commit(&mut self, token: FailureToken, prepared: &PreparedStep, steps: u64) {
-        let restore = Restore {
-            pending: self.pending.take(),
-            staged: self.staged.take(),
-            optimizer: self.optimizer.take(),
-        };
-        self.optimizer = Some(OptimizerRun {
+        let run = OptimizerRun {
             config: prepared.step.args.config.clone(),
             state: prepared.state.clone(),
             steps,
             device_amp: prepared.device_amp,
-        });
-        self.work.push(token, Effect::Step(Box::new(restore)));
-    }
-
-    /// Sets the committed step count of the latest step (an AMP step that
-    /// its flag skipped keeps the count from before it).
-    pub(super) fn recount(&mut self, steps: u64) {
-        if let Some(run) = &mut self.optimizer {
-            run.steps = steps;
-        }
+        };
+        self.state.commit_step(token, run);
     }
 
     /// The state buffers of `config` from the pools, and the fills that
@@ -295,7 +266,7 @@ impl DeviceParamStore {
                 AllocationPolicy::Allow,
                 self.stream.id,
             );
-            let reserved = reserved.map_err(|error| self.fail(BackendError::from(error)))?;
+            let reserved = reserved.map_err(|error| self.state.fail(BackendError::from(error)))?;
             launches.push(KernelLaunch::fill(
                 reserved.whole(),
                 buffer.initial_value as f32,

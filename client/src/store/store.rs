@@ -1,15 +1,15 @@
 //! The store itself: what it holds, how it is made, and its plain accessors.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cistern_runtime::{AllocationPolicy, Device, SegmentTable, StreamId};
 
+use super::device_check::check_device;
 use super::layout::Layout;
-use super::step::OptimizerRun;
-use super::work::WorkList;
+use super::state::StepState;
 use crate::compute::{Buffer, ComputeClient, f32_bytes};
 use crate::error::BackendError;
-use crate::tape::{Tape, TapeId, Tensor};
+use crate::tape::{Tape, Tensor};
 
 /// A training program's parameters on one device: one concatenated buffer
 /// updated in place by fused optimizer steps, a gradient staging buffer
@@ -35,51 +35,31 @@ use crate::tape::{Tape, TapeId, Tensor};
 /// [`sync_to_host`]: DeviceParamStore::sync_to_host
 #[derive(Debug)]
 pub struct DeviceParamStore {
+    /// Its number (unique in this process): leaves, inputs and losses name it.
     pub(super) id: u64,
+    /// The client of its device (the tape's it was made with).
     pub(super) client: ComputeClient,
     /// The store's own stream: uploads, steps and reads run on it (the
     /// server orders them against the tapes' streams).
     pub(super) stream: PrivateStream,
+    /// Where each slot lies in `params` and `staging`.
     pub(super) layout: Layout,
+    /// The layout as the optimizer kernels' segments, one per slot.
     pub(super) segments: SegmentTable,
+    /// The parameters, concatenated in slot order.
     pub(super) params: Buffer,
+    /// The gradients a backward stages for the next step, laid out as `params`.
     pub(super) staging: Buffer,
-    pub(super) poisoned: AtomicBool,
-    pub(super) pending: Option<PendingForward>,
-    pub(super) staged: Option<Staged>,
-    /// The serial of the latest backward (0: none yet).
-    pub(super) serial: u64,
-    pub(super) optimizer: Option<OptimizerRun>,
-    /// The AMP found-inf flag (one `f32`), reserved by the first AMP step.
-    pub(super) found_inf: Option<Buffer>,
-    pub(super) work: WorkList,
-    /// The device chain's workspace and recorded step (`chain_step.rs`).
-    pub(super) chain: Option<super::chain_step::ChainRun>,
-    /// The serial of the latest train-step loss (0: none yet).
-    pub(super) loss_serial: u64,
-}
-
-/// A registered forward a step has not consumed yet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct PendingForward {
-    pub(super) tape: TapeId,
-    /// Each slot's leaf on that tape, in slot order.
-    pub(super) leaves: Vec<usize>,
-}
-
-/// What the latest backward wrote into the staging buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Staged {
-    pub(super) serial: u64,
-    pub(super) tape: TapeId,
-    /// Which slots it filled.
-    pub(super) filled: Vec<bool>,
+    /// Everything that changes after [`new`](Self::new); only `state.rs`
+    /// changes it.
+    pub(super) state: StepState,
 }
 
 /// A stream made for one store, destroyed with it.
 #[derive(Debug)]
 pub(super) struct PrivateStream {
     client: ComputeClient,
+    /// The stream's id on the store's device.
     pub(super) id: StreamId,
 }
 
@@ -100,7 +80,7 @@ impl DeviceParamStore {
     pub fn new(tape: &Tape, params: &[&Tensor<f32>]) -> Result<Self, BackendError> {
         let client = tape.client().clone();
         let layout = Layout::of(params)?;
-        super::latch::check_device(&client, None)?;
+        check_device(&client, None)?;
         let stream = PrivateStream {
             id: client.create_stream()?,
             client: client.clone(),
@@ -122,15 +102,7 @@ impl DeviceParamStore {
             layout,
             params: params_buffer,
             staging,
-            poisoned: AtomicBool::new(false),
-            pending: None,
-            staged: None,
-            serial: 0,
-            optimizer: None,
-            found_inf: None,
-            work: WorkList::default(),
-            chain: None,
-            loss_serial: 0,
+            state: StepState::default(),
         })
     }
 
@@ -165,11 +137,11 @@ impl DeviceParamStore {
 
     /// The optimizer steps committed so far.
     pub fn steps(&self) -> u64 {
-        self.optimizer.as_ref().map_or(0, |run| run.steps)
+        self.state.steps()
     }
 
     /// Whether a device failure latched it (every call is then `StorePoisoned`).
     pub fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
+        self.state.is_poisoned()
     }
 }

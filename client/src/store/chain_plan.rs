@@ -1,0 +1,54 @@
+//! A checked device chain (`LayerPlan` per layer) and the workspace of
+//! its train step (`ChainRun`), which the store's state holds between steps.
+
+use cistern_optim::SgdConfig;
+use cistern_runtime::Activation;
+
+use crate::compute::{Buffer, Graph};
+
+/// One checked layer: its slots, sizes (`n×k` weight) and activation.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct LayerPlan {
+    pub(super) weight: usize,
+    pub(super) bias: Option<usize>,
+    pub(super) n: usize,
+    pub(super) k: usize,
+    pub(super) activation: Activation,
+}
+
+/// Whether the activation's derivative is computed from its output (so
+/// the GEMM's epilogue applies it and no pre-activation is kept).
+pub(super) fn fused(activation: Activation) -> bool {
+    match activation {
+        Activation::Identity | Activation::Relu => true,
+        Activation::LeakyRelu { negative_slope } => negative_slope >= 0.0,
+        _ => false,
+    }
+}
+
+/// A chain's device buffers for one batch shape, and its recorded step.
+#[derive(Debug)]
+pub(super) struct ChainRun {
+    pub(super) rows: usize,
+    pub(super) plan: Vec<LayerPlan>,
+    pub(super) x: Buffer,
+    pub(super) y: Buffer,
+    /// Per layer: its output, its pre-activation (unfused activations),
+    /// the gradient of its output, and of its pre-activation.
+    pub(super) outs: Vec<Buffer>,
+    pub(super) pres: Vec<Option<Buffer>>,
+    pub(super) grads: Vec<Buffer>,
+    pub(super) act_grads: Vec<Option<Buffer>>,
+    pub(super) loss: Buffer,
+    /// Whether one step ran directly (the warm-up).
+    pub(super) warmed: bool,
+    /// The recorded step and the config it was recorded with.
+    pub(super) graph: Option<(Graph, SgdConfig)>,
+}
+
+impl ChainRun {
+    /// Whether it serves a step of `plan` over `rows`-row batches.
+    pub(super) fn fits(&self, rows: usize, plan: &[LayerPlan]) -> bool {
+        self.rows == rows && self.plan == plan
+    }
+}
