@@ -132,9 +132,11 @@ impl MapOp {
 
 /// A launch's scalar arguments: up to [`MAX_SCALARS`] kept, and how many
 /// were given, so that a count the kernel does not take is refused.
+/// Small, so that a launch of it is no wider than other launches.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MapScalars {
-    given: usize,
+    /// How many were given, up to 255 (a launch stays one word narrower).
+    given: u8,
     values: [f32; MAX_SCALARS],
 }
 
@@ -146,19 +148,19 @@ impl MapScalars {
             *slot = *value;
         }
         MapScalars {
-            given: values.len(),
+            given: u8::try_from(values.len()).unwrap_or(u8::MAX),
             values: kept,
         }
     }
 
-    /// How many were given.
+    /// How many were given (255 for 255 or more).
     pub fn given(&self) -> usize {
-        self.given
+        usize::from(self.given)
     }
 
     /// The values kept.
     pub fn as_slice(&self) -> &[f32] {
-        &self.values[..self.given.min(MAX_SCALARS)]
+        &self.values[..self.given().min(MAX_SCALARS)]
     }
 }
 
