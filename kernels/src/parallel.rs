@@ -278,28 +278,30 @@ pub(crate) fn sum(x: &[f32]) -> f64 {
     acc.iter().sum::<f64>() + tail.iter().map(|&v| f64::from(v)).sum::<f64>()
 }
 
-/// Calls `f` from code compiled for AVX2 when the CPU has it, else as is.
+/// Calls `f` from code compiled for AVX2 and FMA when the CPU has them,
+/// else as is.
 ///
 /// Division and square root dominate the optimizer loops under the SSE2
 /// baseline; AVX2 doubles their width. IEEE `+ − × ÷ √` round the same at
-/// every width and no FMA is formed without fast-math, so results are
-/// bit-identical either way. `f` must be inlined into the AVX2 clone to
-/// benefit: callers pass closures marked `#[inline(always)]`.
+/// every width and Rust forms no FMA unasked, so results are bit-identical
+/// either way; an explicit `mul_add` is one instruction here and a
+/// (correctly rounded, slower) call elsewhere. `f` must be inlined into
+/// the clone to benefit: callers pass closures marked `#[inline(always)]`.
 #[inline(always)]
 pub(crate) fn with_wide_vectors<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { avx2(f) };
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        return unsafe { avx2_fma(f) };
     }
     f()
 }
 
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_fma<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 

@@ -185,24 +185,26 @@ extern "C" __global__ void cistern_rmsprop(
     float* average = (ops & 4) ? grad_avg : 0;
     cistern_stream_step(p, g, square_avg, buffer, average, n,
         [=](float& p_i, float g_i, float& sq_i, float& b_i, float& ga_i) {
+            // PyTorch's CPU order, with the FMAs its kernels form
+            // (kernels/src/optimizer/rmsprop.rs).
             float grad = g_i * sign;
-            if (ops & 1) { grad = grad + weight_decay * p_i; }
-            float sq = sq_i * alpha + one_minus_alpha * grad * grad;
+            if (ops & 1) { grad = fmaf(p_i, weight_decay, grad); }
+            float sq = fmaf(one_minus_alpha * grad, grad, sq_i * alpha);
             sq_i = sq;
             float avg;
             if (ops & 4) {
-                float ga = ga_i + one_minus_alpha * (grad - ga_i);
+                float ga = fmaf(one_minus_alpha, grad - ga_i, ga_i);
                 ga_i = ga;
-                avg = sqrtf(sq - ga * ga) + eps;
+                avg = sqrtf(fmaf(-ga, ga, sq)) + eps;
             } else {
                 avg = sqrtf(sq) + eps;
             }
             if (ops & 2) {
                 float b = b_i * momentum + grad / avg;
                 b_i = b;
-                p_i = p_i - lr * b;
+                p_i = fmaf(b, -lr, p_i);
             } else {
-                p_i = p_i - lr * (grad / avg);
+                p_i = p_i + (-lr * grad) / avg;
             }
         });
 }

@@ -138,26 +138,30 @@ fn piece<const DECAYED: bool, const MOMENTUM: bool, const CENTERED: bool>(
     } else {
         &mut [][..]
     };
+    // PyTorch's CPU order, and the FMAs its kernels form (`add` with
+    // `alpha`, `addcmul`, `lerp`): within float rounding of torch.optim's
+    // RMSprop on an FMA machine (tests/pytorch_parity.rs).
     for i in 0..n {
         let mut grad = g[i] * s.sign;
         if DECAYED {
-            grad += s.weight_decay * p[i];
+            grad = p[i].mul_add(s.weight_decay, grad);
         }
-        let sq = square_avg[i] * s.alpha + s.one_minus_alpha * grad * grad;
+        let sq = (s.one_minus_alpha * grad).mul_add(grad, square_avg[i] * s.alpha);
         square_avg[i] = sq;
         let avg = if CENTERED {
-            let ga = grad_avg[i] + s.one_minus_alpha * (grad - grad_avg[i]);
+            let ga = s.one_minus_alpha.mul_add(grad - grad_avg[i], grad_avg[i]);
             grad_avg[i] = ga;
-            (sq - ga * ga).sqrt() + s.eps
+            (-ga).mul_add(ga, sq).sqrt() + s.eps
         } else {
             sq.sqrt() + s.eps
         };
         if MOMENTUM {
             let buf = momentum_buffer[i] * s.momentum + grad / avg;
             momentum_buffer[i] = buf;
-            p[i] -= s.lr * buf;
+            p[i] = buf.mul_add(-s.lr, p[i]);
         } else {
-            p[i] -= s.lr * (grad / avg);
+            // `addcdiv_(grad, avg, value=-lr)`: the product, then the quotient.
+            p[i] += (-s.lr * grad) / avg;
         }
     }
 }

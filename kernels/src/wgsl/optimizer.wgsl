@@ -89,16 +89,17 @@ fn rmsprop_at(i: u32) {
     let flags = op();
     let at = base(1u) + i;
     var grad = b2[base(2u) + i] * pf(0u);
-    if ((flags & 1u) != 0u) { grad = grad + pf(1u) * b1[at]; }
+    // PyTorch's CPU order and FMAs (kernels/src/optimizer/rmsprop.rs).
+    if ((flags & 1u) != 0u) { grad = fma(b1[at], pf(1u), grad); }
     let sat = base(4u) + i;
-    let sq = b4[sat] * pf(3u) + pf(4u) * grad * grad;
+    let sq = fma(pf(4u) * grad, grad, b4[sat] * pf(3u));
     b4[sat] = sq;
     var avg: f32;
     if ((flags & 4u) != 0u) {
         let gat = base(6u) + i;
-        let ga = b6[gat] + pf(4u) * (grad - b6[gat]);
+        let ga = fma(pf(4u), grad - b6[gat], b6[gat]);
         b6[gat] = ga;
-        avg = sqrt(sq - ga * ga) + pf(5u);
+        avg = sqrt(fma(-ga, ga, sq)) + pf(5u);
     } else {
         avg = sqrt(sq) + pf(5u);
     }
@@ -106,9 +107,9 @@ fn rmsprop_at(i: u32) {
         let mat = base(5u) + i;
         let buf = b5[mat] * pf(6u) + grad / avg;
         b5[mat] = buf;
-        b1[at] = b1[at] - pf(2u) * buf;
+        b1[at] = fma(buf, -pf(2u), b1[at]);
     } else {
-        b1[at] = b1[at] - pf(2u) * (grad / avg);
+        b1[at] = b1[at] + (-pf(2u) * grad) / avg;
     }
 }
 

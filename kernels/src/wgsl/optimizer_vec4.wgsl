@@ -103,25 +103,26 @@ fn rmsprop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     for (var k = 0u; k < PER_INVOCATION; k = k + 1u) {
         let i = streaming(wid, lid, groups, k);
         if (i >= n) { return; }
+        // PyTorch's CPU order and FMAs (kernels/src/optimizer/rmsprop.rs).
         var grad = b2[g0 + i] * sign;
-        if ((flags & 1u) != 0u) { grad = grad + decay * b1[p0 + i]; }
-        let sq = b4[s0 + i] * alpha + one_minus_alpha * grad * grad;
+        if ((flags & 1u) != 0u) { grad = fma(b1[p0 + i], vec4<f32>(decay), grad); }
+        let sq = fma(one_minus_alpha * grad, grad, b4[s0 + i] * alpha);
         b4[s0 + i] = sq;
         var avg: vec4<f32>;
         if ((flags & 4u) != 0u) {
             let old = b6[a0 + i];
-            let ga = old + one_minus_alpha * (grad - old);
+            let ga = fma(vec4<f32>(one_minus_alpha), grad - old, old);
             b6[a0 + i] = ga;
-            avg = sqrt(sq - ga * ga) + eps;
+            avg = sqrt(fma(-ga, ga, sq)) + eps;
         } else {
             avg = sqrt(sq) + eps;
         }
         if ((flags & 2u) != 0u) {
             let buf = b5[m0 + i] * momentum + grad / avg;
             b5[m0 + i] = buf;
-            b1[p0 + i] = b1[p0 + i] - lr * buf;
+            b1[p0 + i] = fma(buf, vec4<f32>(-lr), b1[p0 + i]);
         } else {
-            b1[p0 + i] = b1[p0 + i] - lr * (grad / avg);
+            b1[p0 + i] = b1[p0 + i] + (-lr * grad) / avg;
         }
     }
 }
