@@ -145,7 +145,7 @@ fn tape_step(
             false
         }
         Some(scaler) => {
-            let scaled = tape.scale(&loss, scaler.scale())?;
+            let scaled = tape.scale_loss(&loss, scaler)?;
             let gradients = store.backward(&tape, &scaled)?;
             match config {
                 OptimizerConfig::Sgd(c) => store.step_amp(&gradients, c, scaler)?,

@@ -5,6 +5,7 @@
 //! output: operands of element-wise operations have equal shapes, and any
 //! other combination is a `ShapeError`.
 
+use cistern_optim::GradScaler;
 use cistern_runtime::{Activation, GemmSpec, KernelLaunch, Segment};
 
 use super::node::{Op, VarIndex, derivative_from_output};
@@ -203,6 +204,17 @@ impl Tape {
             factor,
         };
         Ok(self.record(out, input.shape, op))
+    }
+
+    /// The loss of an AMP step scaled by `scaler`'s current scale: the
+    /// original's `scaler.scale_loss(&loss)`, one call before `backward`
+    /// and the store's AMP step (which unscales by the same scaler).
+    pub fn scale_loss(
+        &self,
+        loss: &Var<'_>,
+        scaler: &GradScaler,
+    ) -> Result<Var<'_>, AutodiffError> {
+        self.scale(loss, scaler.scale())
     }
 
     /// The sum of every element: a scalar.

@@ -1,6 +1,6 @@
 //! What a tape refuses, and the gradients it does not have: `Ok(None)`,
 //! `GradientTrackingDisabled`, accumulation, tape mismatch, every shape
-//! error, and non-scalar losses.
+//! error, and non-scalar losses; the AMP loss scale.
 
 use cistern_client::{AutodiffError, ShapeError, Tape, Tensor};
 use cistern_runtime::Activation;
@@ -254,4 +254,26 @@ fn a_resident_leaf_uses_the_buffer_it_is_given() {
         ok(gradients.to_host(&w), "to_host").map(Tensor::into_data),
         Some(vec![2.0, 4.0, 6.0, 8.0])
     );
+}
+
+#[test]
+fn a_loss_scaled_for_amp_carries_the_scalers_scale_into_every_gradient() {
+    let client = open();
+    let tape = Tape::new(&client);
+    let x = ok(tape.var(&t(&[3], &[1.0, -2.0, 0.5])), "var");
+    let loss = ok(tape.sum(&ok(tape.mul(&x, &x), "mul")), "sum");
+    let scaler = ok(
+        cistern_optim::GradScaler::new(cistern_optim::GradScalerConfig::default()),
+        "scaler",
+    );
+    let scaled = ok(tape.scale_loss(&loss, &scaler), "scale_loss");
+    let value = ok(scaled.to_host(), "value").into_data();
+    assert_eq!(value, vec![5.25 * scaler.scale()]);
+    let gradients = ok(tape.backward(&scaled), "backward");
+    let grad = ok(gradients.to_host(&x), "to_host").map(Tensor::into_data);
+    let want: Vec<f32> = [2.0, -4.0, 1.0]
+        .iter()
+        .map(|g| g * scaler.scale())
+        .collect();
+    assert_eq!(grad, Some(want));
 }
