@@ -303,6 +303,7 @@ impl From<ServerError> for BackendError {
                 BackendError::ServerPanicked { ordinal, message }
             }
             ServerError::ServerGone { ordinal } => BackendError::ServerGone { ordinal },
+            ServerError::CudaUnavailable { reason } => BackendError::CudaUnavailable(reason),
         }
     }
 }
@@ -332,6 +333,9 @@ fn from_io(error: IoError) -> BackendError {
         IoError::StorageMappingFailed { source, .. } => from_io(*source),
         IoError::DevicePoisoned(poison) => BackendError::DeviceContextPoisoned(poison.to_string()),
         IoError::Unknown { description, .. } => BackendError::Unknown(description),
+        refused @ IoError::AllocationFailed { .. } => {
+            BackendError::DeviceAllocationFailed(refused.to_string())
+        }
     }
 }
 

@@ -148,6 +148,17 @@ pub enum IoError {
         /// Where the request was made.
         backtrace: BackTrace,
     },
+    /// The device refused an allocation or mapping for a reason other than
+    /// exhaustion (a driver refusal, a failed map): release memory
+    /// (`reclaim`) and retry once, then report it.
+    AllocationFailed {
+        /// Requested bytes.
+        size: u64,
+        /// What the device said.
+        reason: String,
+        /// Where the request was made.
+        backtrace: BackTrace,
+    },
 }
 
 impl std::fmt::Display for IoError {
@@ -182,6 +193,9 @@ impl std::fmt::Display for IoError {
             }
             IoError::UnsupportedIoOperation { .. } => {
                 f.write_str("the storage does not support this I/O operation")
+            }
+            IoError::AllocationFailed { size, reason, .. } => {
+                write!(f, "the device refused {size} bytes: {reason}")
             }
         }
     }
@@ -276,6 +290,15 @@ impl IoError {
         }
     }
 
+    /// `AllocationFailed` of `size` bytes for `reason`, with a captured backtrace.
+    pub fn allocation_failed(size: u64, reason: impl Into<String>) -> Self {
+        IoError::AllocationFailed {
+            size,
+            reason: reason.into(),
+            backtrace: BackTrace::capture(),
+        }
+    }
+
     /// `Unknown` with a captured backtrace.
     pub fn unknown(description: impl Into<String>) -> Self {
         IoError::Unknown {
@@ -298,7 +321,9 @@ impl IoError {
     /// may succeed.
     pub fn may_succeed_after_reclaim(&self) -> bool {
         match self {
-            IoError::OutOfMemory { .. } | IoError::PageSizesExhausted { .. } => true,
+            IoError::OutOfMemory { .. }
+            | IoError::PageSizesExhausted { .. }
+            | IoError::AllocationFailed { .. } => true,
             IoError::StorageMappingFailed { source, .. } => source.may_succeed_after_reclaim(),
             _ => false,
         }
@@ -308,9 +333,9 @@ impl IoError {
     pub fn code(&self) -> ErrorCode {
         match self {
             IoError::BufferTooBig { .. } => ErrorCode::BufferTooBig,
-            IoError::OutOfMemory { .. } | IoError::PageSizesExhausted { .. } => {
-                ErrorCode::DeviceOutOfMemory
-            }
+            IoError::OutOfMemory { .. }
+            | IoError::PageSizesExhausted { .. }
+            | IoError::AllocationFailed { .. } => ErrorCode::DeviceOutOfMemory,
             IoError::PageUpdateForbidden { .. } => ErrorCode::AllocationForbidden,
             IoError::UnsupportedStrides { .. } | IoError::UnsupportedIoOperation { .. } => {
                 ErrorCode::UnsupportedFeature
@@ -336,6 +361,7 @@ impl IoError {
             | IoError::StorageHandleNotFound { backtrace, .. }
             | IoError::StorageMappingFailed { backtrace, .. }
             | IoError::Unknown { backtrace, .. }
+            | IoError::AllocationFailed { backtrace, .. }
             | IoError::UnsupportedIoOperation { backtrace } => backtrace,
             IoError::DevicePoisoned(poison) => &poison.backtrace,
         }

@@ -430,3 +430,60 @@ fn stats_snapshot_and_summary_describe_the_pools() {
         assert!(summary.contains(row), "summary lacks {row}:\n{summary}");
     }
 }
+
+/// A storage whose device refuses its next `refusals` allocations for a
+/// reason other than exhaustion.
+struct Refusing {
+    inner: BookkeepingStorage,
+    refusals: u32,
+}
+
+impl Storage for Refusing {
+    fn alloc(&mut self, size: u64) -> Result<cistern_memory::StorageHandle, IoError> {
+        if self.refusals > 0 {
+            self.refusals -= 1;
+            return Err(IoError::allocation_failed(size, "the driver said no"));
+        }
+        self.inner.alloc(size)
+    }
+
+    fn dealloc(&mut self, id: cistern_memory::StorageId) {
+        self.inner.dealloc(id);
+    }
+
+    fn alignment(&self) -> u64 {
+        self.inner.alignment()
+    }
+
+    fn max_buffer_size(&self) -> u64 {
+        self.inner.max_buffer_size()
+    }
+}
+
+fn refusing(refusals: u32) -> MemoryManager<Refusing> {
+    let inner = BookkeepingStorage::new(256);
+    match MemoryManager::new(Refusing { inner, refusals }, small_config(4 * MIB)) {
+        Ok(manager) => manager,
+        Err(e) => panic!("a valid config is accepted: {e}"),
+    }
+}
+
+#[test]
+fn a_device_refusal_is_retried_once_and_a_second_is_allocation_failed_not_out_of_memory() {
+    let mut once = refusing(1);
+    assert!(once.reserve(KIB, AllocationPolicy::Allow, 0, S0).is_ok());
+    assert_eq!(once.stats().retries, 1);
+
+    let mut twice = refusing(2);
+    let result = twice.reserve(KIB, AllocationPolicy::Allow, 0, S0);
+    let Err(error) = result else {
+        panic!("two refusals: {result:?}");
+    };
+    assert!(
+        matches!(error, IoError::AllocationFailed { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("the driver said no"), "{error}");
+    assert_eq!(twice.stats().ooms, 0, "a refusal is not out of memory");
+    assert!(twice.reserve(KIB, AllocationPolicy::Allow, 0, S0).is_ok());
+}

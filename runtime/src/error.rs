@@ -121,6 +121,14 @@ pub enum ServerError {
         /// The device ordinal.
         ordinal: usize,
     },
+    /// CUDA cannot be used in this process (no driver library, an old
+    /// driver, a build without the `cuda` feature): use another device. A
+    /// CUDA device that is merely absent is `DeviceUnavailable`.
+    #[error("CUDA is unavailable: {reason}")]
+    CudaUnavailable {
+        /// What is missing.
+        reason: String,
+    },
 }
 
 impl From<IoError> for ServerError {
@@ -154,6 +162,7 @@ impl ServerError {
             ServerError::ContextUnrecoverable { .. } => ErrorCode::DeviceLost,
             ServerError::ServerPanicked { .. } => ErrorCode::PoisonedLock,
             ServerError::ServerGone { .. } => ErrorCode::ServerGone,
+            ServerError::CudaUnavailable { .. } => ErrorCode::UnsupportedFeature,
         }
     }
 

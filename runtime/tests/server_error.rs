@@ -117,6 +117,12 @@ fn samples() -> Vec<(ServerError, ErrorCode)> {
             ServerError::ServerGone { ordinal: 0 },
             ErrorCode::ServerGone,
         ),
+        (
+            ServerError::CudaUnavailable {
+                reason: "libcuda.so.1 not found".into(),
+            },
+            ErrorCode::UnsupportedFeature,
+        ),
     ]
 }
 
@@ -321,6 +327,7 @@ fn arb_server_error() -> impl Strategy<Value = ServerError> {
         (any::<usize>(), arb_text())
             .prop_map(|(ordinal, message)| ServerError::ServerPanicked { ordinal, message }),
         any::<usize>().prop_map(|ordinal| ServerError::ServerGone { ordinal }),
+        arb_text().prop_map(|reason| ServerError::CudaUnavailable { reason }),
     ]
 }
 

@@ -89,6 +89,11 @@ pub fn opening_an_absent_device_is_unavailable() {
     // No machine has this many wgpu adapters or CUDA devices.
     for device in [Device::Cpu(9), Device::Cuda(64), Device::Wgpu(1 << 20)] {
         let opened = ComputeClient::open(device, DeviceOptions::default()).map(|_| ());
-        assert!(matches!(opened, Err(ServerError::DeviceUnavailable { .. })));
+        match opened {
+            Err(ServerError::DeviceUnavailable { .. }) => {}
+            // CUDA itself absent from this process or build.
+            Err(ServerError::CudaUnavailable { .. }) if matches!(device, Device::Cuda(_)) => {}
+            other => panic!("{device}: expected DeviceUnavailable, got {other:?}"),
+        }
     }
 }

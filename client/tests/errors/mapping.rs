@@ -88,6 +88,7 @@ fn every_server_error_maps_to_the_variant_a_caller_acts_on() {
             message: "index out of bounds".into(),
         },
         BackendError::ServerGone { ordinal: 1 },
+        BackendError::CudaUnavailable("libcuda.so.1 not found".into()),
     ];
     let mapped: Vec<BackendError> = server_samples()
         .into_iter()
@@ -110,6 +111,9 @@ fn every_io_error_maps_to_the_variant_a_caller_acts_on() {
         BackendError::DeviceContextPoisoned(poison().to_string()),
         BackendError::Unknown("driver said no".into()),
         BackendError::Unsupported("the storage does not support this I/O operation".into()),
+        BackendError::DeviceAllocationFailed(
+            "the device refused 8192 bytes: mapping: CUDA_ERROR_INVALID_VALUE".into(),
+        ),
     ];
     let direct: Vec<BackendError> = io_samples().into_iter().map(BackendError::from).collect();
     assert_eq!(direct, expected);

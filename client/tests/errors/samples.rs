@@ -91,6 +91,11 @@ pub fn io_samples() -> Vec<IoError> {
             backtrace: trace(),
         },
         IoError::UnsupportedIoOperation { backtrace: trace() },
+        IoError::AllocationFailed {
+            size: 8192,
+            reason: "mapping: CUDA_ERROR_INVALID_VALUE".into(),
+            backtrace: trace(),
+        },
     ]
 }
 
@@ -145,6 +150,9 @@ pub fn server_samples() -> Vec<ServerError> {
             message: "index out of bounds".into(),
         },
         ServerError::ServerGone { ordinal: 1 },
+        ServerError::CudaUnavailable {
+            reason: "libcuda.so.1 not found".into(),
+        },
     ]
 }
 

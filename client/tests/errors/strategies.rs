@@ -68,6 +68,13 @@ pub fn arb_io_error() -> impl Strategy<Value = IoError> {
             backtrace
         }),
         arb_backtrace().prop_map(|backtrace| IoError::UnsupportedIoOperation { backtrace }),
+        (any::<u64>(), text(), arb_backtrace()).prop_map(|(size, reason, backtrace)| {
+            IoError::AllocationFailed {
+                size,
+                reason,
+                backtrace,
+            }
+        }),
     ];
     leaf.prop_recursive(3, 8, 1, |inner| {
         (any::<u64>(), inner, arb_backtrace()).prop_map(|(size, source, backtrace)| {
@@ -115,6 +122,7 @@ pub fn arb_server_error() -> impl Strategy<Value = ServerError> {
         (ordinal(), text())
             .prop_map(|(ordinal, message)| ServerError::ServerPanicked { ordinal, message }),
         ordinal().prop_map(|ordinal| ServerError::ServerGone { ordinal }),
+        text().prop_map(|reason| ServerError::CudaUnavailable { reason }),
     ]
 }
 

@@ -19,7 +19,10 @@ impl Shortfall {
     pub(super) fn may_pass_after_release(&self) -> bool {
         match self {
             Shortfall::NoRoom | Shortfall::SizesExhausted => true,
-            Shortfall::Storage(error) => matches!(error, IoError::OutOfMemory { .. }),
+            Shortfall::Storage(error) => matches!(
+                error,
+                IoError::OutOfMemory { .. } | IoError::AllocationFailed { .. }
+            ),
             Shortfall::Forbidden => false,
         }
     }

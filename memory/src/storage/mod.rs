@@ -33,8 +33,9 @@ pub struct StorageHandle {
 pub trait Storage: Send {
     /// Allocates a buffer of at least `size` bytes, aligned to [`Storage::alignment`].
     ///
-    /// A buffer the device has no room for is `IoError::OutOfMemory`; the
-    /// manager then releases what it can and retries once.
+    /// A buffer the device has no room for is `IoError::OutOfMemory`, one it
+    /// refuses for another reason `IoError::AllocationFailed`; for either
+    /// the manager releases what it can and retries once.
     fn alloc(&mut self, size: u64) -> Result<StorageHandle, IoError>;
 
     /// Gives a buffer back. Unknown ids are ignored.

@@ -114,6 +114,11 @@ pub fn io_samples() -> Vec<IoError> {
             backtrace: bt(),
         },
         IoError::UnsupportedIoOperation { backtrace: bt() },
+        IoError::AllocationFailed {
+            size: 8192,
+            reason: "mapping: CUDA_ERROR_INVALID_VALUE".into(),
+            backtrace: bt(),
+        },
     ]
 }
 
@@ -175,6 +180,13 @@ pub fn arb_io_error() -> impl Strategy<Value = IoError> {
             backtrace
         }),
         arb_backtrace().prop_map(|backtrace| IoError::UnsupportedIoOperation { backtrace }),
+        (any::<u64>(), ".{0,24}", arb_backtrace()).prop_map(|(size, reason, backtrace)| {
+            IoError::AllocationFailed {
+                size,
+                reason,
+                backtrace,
+            }
+        }),
     ];
     leaf.prop_recursive(3, 8, 1, |inner| {
         (any::<u64>(), inner, arb_backtrace()).prop_map(|(size, source, backtrace)| {

@@ -32,7 +32,7 @@ fn only_poison_directly_or_as_a_mapping_source_is_device_poisoned() {
 }
 
 #[test]
-fn only_out_of_memory_and_exhausted_page_sizes_may_succeed_after_reclaim() {
+fn only_exhaustion_and_device_refusals_may_succeed_after_reclaim() {
     let table = [
         ("BufferTooBig", false),
         ("OutOfMemory", true),
@@ -46,6 +46,7 @@ fn only_out_of_memory_and_exhausted_page_sizes_may_succeed_after_reclaim() {
         ("DevicePoisoned", false),
         ("Unknown", false),
         ("UnsupportedIoOperation", false),
+        ("AllocationFailed", true),
     ];
     let samples = io_samples();
     assert_eq!(samples.len(), table.len());
@@ -72,6 +73,7 @@ fn each_variant_has_the_code_of_the_catalogue() {
         ErrorCode::DevicePoisoned,
         ErrorCode::Unknown,
         ErrorCode::UnsupportedFeature,
+        ErrorCode::DeviceOutOfMemory,
     ];
     let codes: Vec<ErrorCode> = io_samples().iter().map(IoError::code).collect();
     assert_eq!(codes, expected);
@@ -120,6 +122,7 @@ fn the_constructors_build_the_named_variant() {
         IoError::from(poison()),
         IoError::unknown("x"),
         IoError::unsupported_io_operation(),
+        IoError::allocation_failed(1, "x"),
     ];
     let names: Vec<String> = made.iter().map(variant_name).collect();
     assert_eq!(names, variant_names::<IoError>());

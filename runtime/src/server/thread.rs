@@ -56,6 +56,10 @@ pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, Serv
         }
         #[cfg(feature = "cuda")]
         Device::Cuda(ordinal) => open_cuda(ordinal, completions, completed, options),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => Err(ServerError::CudaUnavailable {
+            reason: "built without the `cuda` feature: build with `--features cuda`".into(),
+        }),
         other => Err(ServerError::DeviceUnavailable {
             device: other.to_string(),
             reason: match other {
@@ -67,8 +71,8 @@ pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, Serv
     }
 }
 
-/// Opens CUDA device `ordinal`; absent CUDA is `DeviceUnavailable` with
-/// why. The memory limit never exceeds the device's free memory.
+/// Opens CUDA device `ordinal`; CUDA that cannot be used is
+/// `CudaUnavailable`, an ordinal past its devices `DeviceUnavailable`. The memory limit never exceeds the device's free memory.
 #[cfg(feature = "cuda")]
 fn open_cuda(
     ordinal: usize,
@@ -77,11 +81,16 @@ fn open_cuda(
     mut options: DeviceOptions,
 ) -> Result<ServerHandle, ServerError> {
     use crate::backend::cuda::CudaBackend;
-    let (backend, storage, free) =
-        CudaBackend::new(ordinal, completions).map_err(|why| ServerError::DeviceUnavailable {
-            device: Device::Cuda(ordinal).to_string(),
-            reason: why.reason,
-        })?;
+    let (backend, storage, free) = CudaBackend::new(ordinal, completions).map_err(|why| {
+        if why.ordinal_absent {
+            ServerError::DeviceUnavailable {
+                device: Device::Cuda(ordinal).to_string(),
+                reason: why.reason,
+            }
+        } else {
+            ServerError::CudaUnavailable { reason: why.reason }
+        }
+    })?;
     options.memory_limit = Some(options.memory_limit.unwrap_or(free).min(free));
     start(backend, storage, free, completed, options)
 }

@@ -129,6 +129,7 @@ impl Primary {
             ffi::retain_primary(device)
         });
         let context = retained.map_err(|e| CudaUnavailable {
+            ordinal_absent: false,
             reason: format!("cuDevicePrimaryCtxRetain: {}", describe(&e)),
         })?;
         let primary = Arc::new(Primary {
@@ -203,6 +204,7 @@ impl CudaContext {
         let mut loaded = load_in(&primary);
         if let Err(LoadError::Sticky(_)) = &loaded {
             seen = primary.reset_since(seen).map_err(|e| CudaUnavailable {
+                ordinal_absent: false,
                 reason: format!(
                     "an earlier server left the device's context faulted and the driver \
                      gave no working context after a reset ({}): restart the process \
@@ -284,6 +286,7 @@ impl LoadError {
 fn load_in(primary: &Primary) -> Result<(CString, Module), LoadError> {
     if let Err(error) = ffi::set_current(primary.current()) {
         let why = CudaUnavailable {
+            ordinal_absent: false,
             reason: format!("cuCtxSetCurrent: {}", describe(&error)),
         };
         return Err(match classify(code(&error)) {
@@ -303,6 +306,7 @@ fn choose_ptx(device: CUdevice) -> Result<(CString, Module), LoadError> {
             Ok(module) => return Ok((ptx, module)),
             Err(error) if classify(code(&error)) == FaultClass::Sticky => {
                 return Err(LoadError::Sticky(CudaUnavailable {
+                    ordinal_absent: false,
                     reason: format!("loading the kernels: {}", describe(&error)),
                 }));
             }
@@ -315,6 +319,7 @@ fn choose_ptx(device: CUdevice) -> Result<(CString, Module), LoadError> {
     let (major, minor) = compute_capability(device);
     let compiled = ptx::compile(major, minor).and_then(|ptx| {
         let module = Module::load(&ptx).map_err(|e| CudaUnavailable {
+            ordinal_absent: false,
             reason: format!("NVRTC's PTX did not load: {}", describe(&e)),
         })?;
         Ok((ptx, module))
@@ -322,6 +327,7 @@ fn choose_ptx(device: CUdevice) -> Result<(CString, Module), LoadError> {
     compiled.map_err(|e| {
         reasons.push(e.reason);
         LoadError::Other(CudaUnavailable {
+            ordinal_absent: false,
             reason: format!("no loadable CUDA kernels ({})", reasons.join("; ")),
         })
     })

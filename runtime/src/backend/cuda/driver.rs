@@ -17,12 +17,15 @@ use super::status::describe;
 pub struct CudaUnavailable {
     /// What was missing, in one line.
     pub reason: String,
+    /// True when CUDA works but the ordinal asked for is past its devices.
+    pub ordinal_absent: bool,
 }
 
 impl CudaUnavailable {
     fn new(reason: impl Into<String>) -> Self {
         CudaUnavailable {
             reason: reason.into(),
+            ordinal_absent: false,
         }
     }
 }
@@ -89,9 +92,12 @@ pub(super) fn device(ordinal: usize) -> Result<CUdevice, CudaUnavailable> {
     driver()?;
     let count = device_count()?;
     if ordinal >= count {
-        return Err(CudaUnavailable::new(format!(
-            "cuda:{ordinal} is not present ({count} CUDA device(s))"
-        )));
+        return Err(CudaUnavailable {
+            ordinal_absent: true,
+            ..CudaUnavailable::new(format!(
+                "cuda:{ordinal} is not present ({count} CUDA device(s))"
+            ))
+        });
     }
     guarded("cuDeviceGet", || {
         let index =

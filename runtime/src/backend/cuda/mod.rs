@@ -110,6 +110,7 @@ impl CudaBackend {
     ) -> Result<(Self, CudaStorage, u64), CudaUnavailable> {
         let context = CudaContext::open(ordinal)?;
         let (free, total) = ffi::memory_info().map_err(|e| CudaUnavailable {
+            ordinal_absent: false,
             reason: format!("cuMemGetInfo: {}", status::describe(&e)),
         })?;
         let storage = CudaStorage::new(context.clone(), total as u64);

@@ -15,12 +15,14 @@ use super::driver::{CudaUnavailable, nvrtc_present};
 pub(super) fn compile(major: i32, minor: i32) -> Result<CString, CudaUnavailable> {
     if !nvrtc_present() {
         return Err(CudaUnavailable {
+            ordinal_absent: false,
             reason: "no NVRTC library to compile the CUDA kernels".to_string(),
         });
     }
     catch_unwind(AssertUnwindSafe(|| run_nvrtc(major, minor)))
         .unwrap_or_else(|_| Err("NVRTC panicked (a missing symbol?)".to_string()))
         .map_err(|reason| CudaUnavailable {
+            ordinal_absent: false,
             reason: format!("the CUDA kernels did not compile: {reason}"),
         })
 }

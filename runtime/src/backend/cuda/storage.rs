@@ -122,8 +122,8 @@ impl CudaStorage {
     }
 }
 
-/// A driver failure as the manager's error: out of memory may succeed after
-/// a reclaim; anything else is reported.
+/// A driver failure as the manager's error: out of memory, or a refusal for
+/// another reason (`AllocationFailed`); both may pass after a reclaim.
 fn io_error(size: u64, error: &DriverError) -> IoError {
     if is_out_of_memory(error) {
         IoError::OutOfMemory {
@@ -131,10 +131,7 @@ fn io_error(size: u64, error: &DriverError) -> IoError {
             backtrace: BackTrace::none(),
         }
     } else {
-        IoError::unknown(format!(
-            "CUDA allocation of {size} bytes failed: {}",
-            describe(error)
-        ))
+        IoError::allocation_failed(size, format!("the CUDA driver: {}", describe(error)))
     }
 }
 
@@ -210,10 +207,7 @@ impl Storage for CudaStorage {
         let size = size.max(1).next_multiple_of(granularity);
         self.context.bind().map_err(|e| io_error(size, &e))?;
         let address = vmm::reserve(size, granularity).map_err(|e| {
-            IoError::unknown(format!(
-                "reserving {size} bytes of addresses failed: {}",
-                describe(&e)
-            ))
+            IoError::allocation_failed(size, format!("reserving addresses: {}", describe(&e)))
         })?;
         let id = self.next();
         self.ranges.insert(
@@ -276,9 +270,8 @@ impl Storage for CudaStorage {
             )));
         }
         self.context.bind().map_err(|e| io_error(size, &e))?;
-        vmm::map_chunks(device, target.address + range_offset, chunks, granularity).map_err(
-            |e| IoError::unknown(format!("mapping {size} bytes failed: {}", describe(&e))),
-        )?;
+        vmm::map_chunks(device, target.address + range_offset, chunks, granularity)
+            .map_err(|e| IoError::allocation_failed(size, format!("mapping: {}", describe(&e))))?;
         target.mapped.insert(range_offset, size);
         Ok(())
     }

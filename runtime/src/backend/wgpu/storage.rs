@@ -69,9 +69,7 @@ impl Storage for WgpuStorage {
             });
         }
         if let Some(error) = invalid {
-            return Err(IoError::unknown(format!(
-                "a wgpu buffer of {size} bytes: {error}"
-            )));
+            return Err(IoError::allocation_failed(size, format!("wgpu: {error}")));
         }
         let id = StorageId(self.next_id);
         self.next_id += 1;
