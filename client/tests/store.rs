@@ -9,6 +9,7 @@ mod store {
     mod chain_step;
     mod checks;
     mod common;
+    mod contracts;
     mod families;
     mod faults;
     mod gradients;
