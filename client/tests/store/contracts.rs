@@ -185,7 +185,7 @@ fn a_bias_through_the_store_is_strictly_out_long_a_row_of_it_is_a_shape_mismatch
     let tape = Tape::new(&client);
     // W (3×4), and b as a [1, 3] row instead of [3].
     let row = ok(
-        cistern_client::Tensor::new(&[1, 3], model.params[3].data().to_vec()),
+        cistern_client::Tensor::new([1, 3], model.params[3].data().to_vec()),
         "a row bias",
     );
     let params = [&model.params[2], &row];
@@ -194,7 +194,7 @@ fn a_bias_through_the_store_is_strictly_out_long_a_row_of_it_is_a_shape_mismatch
         "store",
     );
     let leaves = ok(store.register_resident_params(&tape), "register");
-    let input = ok(cistern_client::Tensor::full(&[2, 4], 0.5), "input");
+    let input = ok(cistern_client::Tensor::full([2, 4], 0.5), "input");
     let x = ok(tape.upload(&input), "x");
     match store.linear_forward(&tape, &x, &leaves[0], Some(&leaves[1])) {
         Err(BackendError::ShapeMismatch(_)) => {}
