@@ -5,6 +5,7 @@
 use cistern_runtime::{Activation, AllocationPolicy, Binding, GemmSpec, KernelLaunch};
 
 use super::chain_plan::{LayerPlan, fused};
+use super::device_check::retry_transient;
 use super::forward::ResidentLeaf;
 use super::store::DeviceParamStore;
 use crate::compute::{Buffer, ComputeClient, bytes_f32, f32_bytes};
@@ -42,30 +43,37 @@ impl DeviceParamStore {
     /// A pending forward is `PendingForwardUnconsumed`; a leaf of another
     /// store, an empty chain or an input of rank ≠ 2 `InvalidArgument`;
     /// shapes that do not chain `ShapeMismatch`; `Unsupported` from the
-    /// device passes through (no host fallback).
+    /// device passes through (no host fallback). While another client
+    /// captures, it waits as the train step does (retried for up to 2 s,
+    /// then `DeviceContextCaptureInProgress`).
     pub fn predict_device_chain(
         &self,
         chain: &[ChainLayer<'_>],
         input: &Tensor<f32>,
     ) -> Result<Tensor<f32>, BackendError> {
-        self.enter()?;
-        let plan = self.check_chain(chain, input.shape())?;
-        let uploaded = self.upload_resident_input(input)?;
-        self.run_chain(&plan, &uploaded)
+        retry_transient(|| {
+            self.enter()?;
+            let plan = self.check_chain(chain, input.shape())?;
+            let uploaded = self.upload_resident_input(input)?;
+            self.run_chain(&plan, &uploaded)
+        })
     }
 
     /// [`predict_device_chain`](Self::predict_device_chain) over an input
     /// already on the device: no upload. An input of another store is
-    /// `InvalidArgument`, of another device `DeviceMismatch`.
+    /// `InvalidArgument`, of another device `DeviceMismatch`. Waits out
+    /// another client's capture the same way.
     pub fn predict_device_chain_resident(
         &self,
         chain: &[ChainLayer<'_>],
         input: &ResidentInput,
     ) -> Result<Tensor<f32>, BackendError> {
-        self.enter()?;
-        self.check_input(input)?;
-        let plan = self.check_chain(chain, &input.shape)?;
-        self.run_chain(&plan, input)
+        retry_transient(|| {
+            self.enter()?;
+            self.check_input(input)?;
+            let plan = self.check_chain(chain, &input.shape)?;
+            self.run_chain(&plan, input)
+        })
     }
 
     /// Uploads `input` (rank 2, else `InvalidArgument`) on the store's

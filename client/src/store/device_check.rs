@@ -71,6 +71,21 @@ fn check_device_once_more(
     }
 }
 
+/// `call`, retried while it is refused by a transient state (another
+/// client's capture, a recovery) with [`Backoff`]'s pauses: its answer, or
+/// the transient refusal once 2 s have passed.
+pub(super) fn retry_transient<T>(
+    mut call: impl FnMut() -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    let mut backoff = Backoff::new();
+    loop {
+        match call() {
+            Err(error) if error.is_transient() && backoff.wait() => {}
+            answer => return answer,
+        }
+    }
+}
+
 /// The pauses between retries of a call refused by a transient state
 /// (another client's capture, a recovery): 1 ms doubling to 20 ms, for up
 /// to 2 s in all.

@@ -133,3 +133,38 @@ fn a_chain_of_another_stores_leaves_is_refused() {
         Err(BackendError::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn a_prediction_waits_out_another_clients_capture_and_answers_as_without_it() {
+    let client = open();
+    let model = model(0xC7);
+    let store = store(&client, &model);
+    let tape = Tape::new(&client);
+    let leaves = ok(store.snapshot_resident_params(&tape), "snapshot");
+    let want = ok(
+        store.predict_device_chain(&chain(&leaves), &model.x),
+        "predict",
+    );
+    let resident = ok(store.upload_resident_input(&model.x), "upload");
+    for resident_input in [false, true] {
+        let other = client.clone();
+        let stream = ok(other.create_stream(), "a stream");
+        let (_token, guard) = ok(other.begin_capture(stream), "capture");
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            ok(other.end_capture(guard), "the capture ends");
+        });
+        let got = if resident_input {
+            store.predict_device_chain_resident(&chain(&leaves), &resident)
+        } else {
+            store.predict_device_chain(&chain(&leaves), &model.x)
+        };
+        ok(ender.join().map_err(|_| "the ender panicked"), "join");
+        assert_eq!(
+            ok(got, "the waited prediction"),
+            want,
+            "resident {resident_input}"
+        );
+    }
+    assert!(!store.is_poisoned());
+}
