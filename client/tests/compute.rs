@@ -128,3 +128,30 @@ fn the_launch_log_holds_each_queued_launch_in_order_with_replayed_graphs_and_not
         5.0
     );
 }
+
+#[test]
+fn cpu_ordinals_are_devices_of_their_own_with_their_own_pools() {
+    let options = DeviceOptions::with_memory_limit(32 << 20).with_cpu_threads(1);
+    let first = ok(ComputeClient::open(Device::Cpu(1), options.clone()));
+    let second = ok(ComputeClient::open(Device::Cpu(2), options));
+    assert_eq!(first.device(), Device::Cpu(1));
+    let a = ok(first.upload_f32(&[1.5; 1000]));
+    let b = ok(second.upload_f32(&[2.5; 1000]));
+    ok(first.launch(first.default_stream(), KernelLaunch::scale(a.whole(), 2.0)));
+    ok(second.launch(second.default_stream(), KernelLaunch::scale(b.whole(), 2.0)));
+    assert_eq!(ok(first.download_f32(&a)), vec![3.0; 1000]);
+    assert_eq!(ok(second.download_f32(&b)), vec![5.0; 1000]);
+    assert_eq!(ok(first.server_stats()).kernels_run, 1);
+}
+
+#[test]
+fn a_cpu_ordinal_past_the_limit_is_unavailable_naming_the_range() {
+    let limit = cistern_runtime::backend::cpu::MAX_CPU_ORDINALS;
+    match ComputeClient::open(Device::Cpu(limit), DeviceOptions::default()) {
+        Err(ServerError::DeviceUnavailable { device, reason }) => {
+            assert_eq!(device, format!("cpu:{limit}"));
+            assert!(reason.contains(&format!("cpu:{}", limit - 1)), "{reason}");
+        }
+        other => panic!("cpu:{limit} opened: {other:?}"),
+    }
+}

@@ -16,4 +16,5 @@ mod store {
     mod memory;
     mod pending;
     mod sgd;
+    mod staged;
 }

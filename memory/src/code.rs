@@ -47,13 +47,16 @@ pub enum ErrorCode {
     ServerGone,
     /// Objects of two devices were mixed: fix the call (one device per store).
     DeviceMismatch,
+    /// A peer of a replica group died, hung past the group's timeout or
+    /// failed its step: the run cannot go on; restart the job.
+    PeerLost,
     /// Anything else: report it.
     Unknown,
 }
 
 impl ErrorCode {
     /// Every code, in catalogue order.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::DeviceOutOfMemory,
         ErrorCode::UnsupportedFeature,
         ErrorCode::PoisonedLock,
@@ -73,6 +76,7 @@ impl ErrorCode {
         ErrorCode::StorePoisoned,
         ErrorCode::ServerGone,
         ErrorCode::DeviceMismatch,
+        ErrorCode::PeerLost,
         ErrorCode::Unknown,
     ];
 
@@ -98,6 +102,7 @@ impl ErrorCode {
             ErrorCode::StorePoisoned => 1017,
             ErrorCode::ServerGone => 1018,
             ErrorCode::DeviceMismatch => 1019,
+            ErrorCode::PeerLost => 1020,
             ErrorCode::Unknown => 1999,
         }
     }
@@ -131,6 +136,7 @@ impl ErrorCode {
             ErrorCode::StorePoisoned => "StorePoisoned",
             ErrorCode::ServerGone => "ServerGone",
             ErrorCode::DeviceMismatch => "DeviceMismatch",
+            ErrorCode::PeerLost => "PeerLost",
             ErrorCode::Unknown => "Unknown",
         }
     }

@@ -85,6 +85,11 @@ pub struct DeviceOptions {
     /// default); `false` keeps the manager to pages, as on devices that
     /// cannot map.
     pub virtual_memory: bool,
+    /// CPU devices only: the threads of a pool of the device's own for its
+    /// kernels, so that several CPU ordinals share the cores without
+    /// contending (`--devices cpu:0,cpu:1` gives each half). `None` runs
+    /// them on the process's shared pool.
+    pub cpu_threads: Option<usize>,
 }
 
 impl Default for DeviceOptions {
@@ -94,6 +99,7 @@ impl Default for DeviceOptions {
             faults: FaultPlan::default(),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             virtual_memory: true,
+            cpu_threads: None,
         }
     }
 }
@@ -105,6 +111,12 @@ impl DeviceOptions {
             memory_limit: Some(bytes),
             ..DeviceOptions::default()
         }
+    }
+
+    /// These options with a pool of `threads` of the CPU device's own.
+    pub fn with_cpu_threads(mut self, threads: usize) -> Self {
+        self.cpu_threads = Some(threads);
+        self
     }
 
     /// These options with `faults` injected.

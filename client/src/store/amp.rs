@@ -10,7 +10,7 @@ use cistern_runtime::{AllocationPolicy, KernelLaunch, ScaleRule};
 
 use super::device_check::Backoff;
 use super::state::latches;
-use super::step::refuse_device_count;
+use super::step::{PreparedStep, refuse_device_count};
 use super::store::DeviceParamStore;
 use crate::compute::Buffer;
 use crate::error::{AutodiffError, BackendError};
@@ -63,7 +63,16 @@ impl DeviceParamStore {
         gradients: &Gradients<'_>,
         scaler: &mut GradScaler,
     ) -> Result<bool, AutodiffError> {
-        let mut prepared = self.prepare_step(config, gradients)?;
+        let prepared = self.prepare_step(config, gradients)?;
+        self.run_prepared_amp(prepared, scaler)
+    }
+
+    /// Queues a prepared AMP step and reads its flag (see [`step_amp`](Self::step_amp)).
+    pub(super) fn run_prepared_amp(
+        &mut self,
+        mut prepared: PreparedStep,
+        scaler: &mut GradScaler,
+    ) -> Result<bool, AutodiffError> {
         refuse_device_count(&prepared)?;
         let flag = self.reserved_amp_words()?;
         let word = flag.range(FLAG, 4);

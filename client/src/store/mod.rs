@@ -25,6 +25,7 @@ mod chain_step;
 mod families;
 mod forward;
 mod readers;
+mod staged;
 mod step;
 
 pub use amp::DeviceAmpState;

@@ -67,6 +67,14 @@ impl DeviceParamStore {
         gradients: &Gradients<'_>,
     ) -> Result<FailureToken, BackendError> {
         let prepared = self.prepare_step(config, gradients)?;
+        self.run_prepared(prepared)
+    }
+
+    /// Queues a prepared step; the token of its launch (see [`run_step`](Self::run_step)).
+    pub(super) fn run_prepared(
+        &mut self,
+        prepared: PreparedStep,
+    ) -> Result<FailureToken, BackendError> {
         refuse_device_count(&prepared)?;
         let lamb = matches!(prepared.step.args.config, OptimizerConfig::Lamb(_));
         let token = self.send_step(prepared.step.clone(), prepared.before.clone())?;
@@ -86,6 +94,15 @@ impl DeviceParamStore {
     ) -> Result<PreparedStep, BackendError> {
         self.enter_mut()?;
         let source = self.gradient_source(gradients)?;
+        self.prepare_from(config, source)
+    }
+
+    /// [`prepare_step`](Self::prepare_step) once the gradients are checked.
+    pub(super) fn prepare_from(
+        &mut self,
+        config: OptimizerConfig,
+        source: GradientSource,
+    ) -> Result<PreparedStep, BackendError> {
         self.check_config(&config)?;
         let mut before = Vec::new();
         let (state, steps, device_amp) = match self.state.optimizer() {

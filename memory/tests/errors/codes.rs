@@ -7,7 +7,7 @@ use cistern_memory::ErrorCode;
 use super::samples::{from_bincode, to_bincode};
 
 /// DESIGN §5, verbatim.
-const CATALOGUE: [(&str, u32); 20] = [
+const CATALOGUE: [(&str, u32); 21] = [
     ("DeviceOutOfMemory", 1001),
     ("UnsupportedFeature", 1002),
     ("PoisonedLock", 1003),
@@ -27,6 +27,7 @@ const CATALOGUE: [(&str, u32); 20] = [
     ("StorePoisoned", 1017),
     ("ServerGone", 1018),
     ("DeviceMismatch", 1019),
+    ("PeerLost", 1020),
     ("Unknown", 1999),
 ];
 
@@ -48,7 +49,7 @@ fn stable_ids_are_unique_and_resolve_back_to_their_code() {
         assert_eq!(format!("{code:?}"), code.name());
     }
     assert_eq!(ErrorCode::from_stable_id(0), None);
-    assert_eq!(ErrorCode::from_stable_id(1020), None);
+    assert_eq!(ErrorCode::from_stable_id(1021), None);
 }
 
 #[test]
@@ -71,7 +72,7 @@ fn a_code_serializes_as_its_stable_id() {
 
 #[test]
 fn an_unknown_id_does_not_decode() {
-    assert!(serde_json::from_str::<ErrorCode>("1020").is_err());
+    assert!(serde_json::from_str::<ErrorCode>("1021").is_err());
     assert!(from_bincode::<ErrorCode>(&to_bincode(&4242u32)).is_err());
 }
 

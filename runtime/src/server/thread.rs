@@ -9,7 +9,7 @@ use cistern_memory::MemoryConfig;
 
 use super::core::{Flow, ServerCore};
 use super::published::{DeviceState, PublishedState};
-use crate::backend::cpu::CpuBackend;
+use crate::backend::cpu::{CpuBackend, MAX_CPU_ORDINALS};
 use crate::backend::{Backend, Completion};
 use crate::command::Command;
 use crate::device::DeviceOptions;
@@ -38,8 +38,8 @@ const RECOVERY_TICK: Duration = Duration::from_millis(1);
 pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, ServerError> {
     let (completions, completed) = unbounded();
     match device {
-        Device::Cpu(0) => {
-            let (backend, storage) = CpuBackend::new(0, completions);
+        Device::Cpu(ordinal) if ordinal < MAX_CPU_ORDINALS => {
+            let (backend, storage) = CpuBackend::new(ordinal, options.cpu_threads, completions)?;
             start(
                 backend,
                 storage,
@@ -63,7 +63,10 @@ pub fn open(device: Device, options: DeviceOptions) -> Result<ServerHandle, Serv
         other => Err(ServerError::DeviceUnavailable {
             device: other.to_string(),
             reason: match other {
-                Device::Cpu(_) => "only cpu:0 is present".to_string(),
+                Device::Cpu(_) => format!(
+                    "the CPU is cpu:0 to cpu:{}: each ordinal a share of its cores",
+                    MAX_CPU_ORDINALS - 1
+                ),
                 Device::Wgpu(_) => "built without the `wgpu` feature".to_string(),
                 Device::Cuda(_) => "built without the `cuda` feature".to_string(),
             },

@@ -28,6 +28,8 @@ pub(super) struct CpuStream {
     /// Single launches' emptied host-slice lists, going back to the server.
     pub(super) lists: SpentLists,
     pub(super) counters: Arc<CpuCounters>,
+    /// The device's own kernel threads, or `None` for the process's pool.
+    pub(super) pool: Option<Arc<rayon::ThreadPool>>,
 }
 
 impl StreamDevice for CpuStream {
@@ -67,7 +69,10 @@ impl StreamDevice for CpuStream {
     }
 
     fn run(&mut self, launches: &[CpuLaunch]) -> Result<(), (usize, LaunchError)> {
-        let outcome = kernels::run_all(launches);
+        let outcome = match &self.pool {
+            Some(pool) => pool.install(|| kernels::run_all(launches)),
+            None => kernels::run_all(launches),
+        };
         if outcome.empty > 0 {
             let counters = &self.counters;
             counters

@@ -38,19 +38,45 @@ pub struct CpuBackend {
     executors: Executors<CpuStream, SpareLists>,
     events: IdMap<EventId, Arc<HostEvent>>,
     counters: Arc<CpuCounters>,
+    /// The device's own kernel threads, or `None` for the process's pool.
+    pool: Option<Arc<rayon::ThreadPool>>,
 }
+
+/// How many CPU ordinals a process may open: each is a share of the host's
+/// cores, not hardware of its own.
+pub const MAX_CPU_ORDINALS: usize = 64;
 
 impl CpuBackend {
     /// A CPU backend for `ordinal` whose executors report to `completions`,
-    /// and the storage its memory manager carves.
-    pub fn new(ordinal: usize, completions: Sender<Completion>) -> (Self, HostStorage) {
+    /// and the storage its memory manager carves. With `threads`, its
+    /// kernels run on a pool of that many threads of its own; a pool the
+    /// host cannot start is `DeviceUnavailable`.
+    pub fn new(
+        ordinal: usize,
+        threads: Option<usize>,
+        completions: Sender<Completion>,
+    ) -> Result<(Self, HostStorage), ServerError> {
+        let pool = match threads {
+            None => None,
+            Some(threads) => Some(Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads.max(1))
+                    .thread_name(move |index| format!("cistern-cpu{ordinal}-{index}"))
+                    .build()
+                    .map_err(|error| ServerError::DeviceUnavailable {
+                        device: Device::Cpu(ordinal).to_string(),
+                        reason: format!("its pool of {threads} threads did not start: {error}"),
+                    })?,
+            )),
+        };
         let backend = CpuBackend {
             ordinal,
             executors: Executors::new(ordinal, "cpu", completions),
             events: IdMap::default(),
             counters: Arc::default(),
+            pool,
         };
-        (backend, HostStorage::with_alignment(CPU_ALIGNMENT))
+        Ok((backend, HostStorage::with_alignment(CPU_ALIGNMENT)))
     }
 }
 
@@ -104,6 +130,7 @@ impl Backend for CpuBackend {
         let device = CpuStream {
             lists: spent,
             counters: self.counters.clone(),
+            pool: self.pool.clone(),
         };
         self.executors.create(stream, device, lists)
     }

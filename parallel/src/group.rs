@@ -1,0 +1,527 @@
+//! `ReplicaGroup`: one model trained on several devices, processes or
+//! hosts, its replicas bit-identical after every step.
+
+use std::ops::Range;
+
+use cistern_client::{BackendError, ComputeClient, DeviceParamStore, Tape, Tensor};
+use cistern_optim::{GradScaler, OptimizerConfig};
+
+use crate::buckets;
+use crate::collective::Collective;
+use crate::digest;
+use crate::error::GroupError;
+
+/// One replica: a parameter store on one device of this process.
+#[derive(Debug)]
+pub struct Replica {
+    client: ComputeClient,
+    store: DeviceParamStore,
+    index: usize,
+    count: usize,
+}
+
+impl Replica {
+    /// Its device's client.
+    pub fn client(&self) -> &ComputeClient {
+        &self.client
+    }
+
+    /// Its store.
+    pub fn store(&self) -> &DeviceParamStore {
+        &self.store
+    }
+
+    /// Its store, for a forward and backward.
+    pub fn store_mut(&mut self) -> &mut DeviceParamStore {
+        &mut self.store
+    }
+
+    /// Its index in the group, `0..count()`: which shard of the global
+    /// batch it takes.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// How many replicas the group has, over every process.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
+
+/// What a replica's forward and backward report to the group: its shard's
+/// mean loss and how many examples the shard held (the weights of the
+/// group's mean).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shard {
+    /// The mean loss over the shard.
+    pub loss: f32,
+    /// Examples in the shard (0 contributes nothing).
+    pub examples: usize,
+}
+
+/// What one group step did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// The loss over the global batch: the shards' losses weighted by
+    /// their examples.
+    pub loss: f64,
+    /// Examples in the global batch.
+    pub examples: usize,
+    /// An AMP step skipped for a non-finite gradient (by every replica).
+    pub skipped: bool,
+}
+
+/// Replicas of one model, one per device of every process of the group,
+/// trained together: each step every replica runs its shard's forward and
+/// backward, the staged gradients are averaged across all of them in
+/// buckets, and every replica applies the same fused step.
+#[derive(Debug)]
+pub struct ReplicaGroup {
+    engine: Box<dyn Collective>,
+    replicas: Vec<Replica>,
+    buckets: Vec<Range<usize>>,
+    numel: usize,
+    ended: Option<String>,
+    steps: u64,
+}
+
+impl ReplicaGroup {
+    /// A group over `clients` (this process's devices) and the devices of
+    /// the other processes of `engine`, every replica holding rank 0's
+    /// `params`. Every process calls it with the same shapes and as many
+    /// devices: a layout or device count that differs on a rank is
+    /// `InvalidArgument` naming the rank, on every rank. A store that
+    /// cannot be built on one rank fails the group on every rank.
+    pub fn new(
+        mut engine: Box<dyn Collective>,
+        clients: Vec<ComputeClient>,
+        params: &[Tensor<f32>],
+    ) -> Result<Self, GroupError> {
+        let shapes: Vec<Vec<usize>> = params.iter().map(|p| p.shape().to_vec()).collect();
+        let words = [digest::layout(&shapes), clients.len() as u64];
+        let gathered = engine.all_gather(&words)?;
+        check_ranks(&gathered)?;
+        if clients.is_empty() {
+            return Err(GroupError::InvalidArgument(
+                "a replica group needs at least one device in each process".into(),
+            ));
+        }
+        let mut flat: Vec<f32> = params.iter().flat_map(|p| p.data().to_vec()).collect();
+        engine.broadcast(0, &mut flat)?;
+        let count = clients.len() * engine.size();
+        let first = engine.rank() * clients.len();
+        let built = clients
+            .into_iter()
+            .enumerate()
+            .map(|(local, client)| {
+                let store = store_of(&client, &shapes, &flat)?;
+                Ok(Replica {
+                    client,
+                    store,
+                    index: first + local,
+                    count,
+                })
+            })
+            .collect::<Result<Vec<_>, BackendError>>();
+        let mut vote = vec![f32::from(built.is_err())];
+        engine.all_reduce_sum(std::slice::from_mut(&mut vote))?;
+        let replicas = match built {
+            Err(error) => {
+                return Err(GroupError::Replica {
+                    replica: first,
+                    error,
+                });
+            }
+            Ok(_) if vote[0] > 0.0 => {
+                return Err(GroupError::Ended(
+                    "another rank could not build its stores".into(),
+                ));
+            }
+            Ok(replicas) => replicas,
+        };
+        let buckets = buckets::plan(&replicas[0].store.slot_ranges());
+        Ok(ReplicaGroup {
+            engine,
+            replicas,
+            buckets,
+            numel: flat.len(),
+            ended: None,
+            steps: 0,
+        })
+    }
+
+    /// Ends the group and gives its engine back, for the next group of
+    /// this process (an MPI process initializes MPI once).
+    pub fn into_engine(self) -> Box<dyn Collective> {
+        self.engine
+    }
+
+    /// This process's replicas.
+    pub fn replicas(&self) -> &[Replica] {
+        &self.replicas
+    }
+
+    /// How many replicas the group has, over every process.
+    pub fn count(&self) -> usize {
+        self.replicas.len() * self.engine.size()
+    }
+
+    /// This process's rank in the group.
+    pub fn rank(&self) -> usize {
+        self.engine.rank()
+    }
+
+    /// The engine's name.
+    pub fn engine(&self) -> &'static str {
+        self.engine.name()
+    }
+
+    /// Steps every replica applied.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// The buckets the gradients are reduced in, as ranges of `f32`s in
+    /// the order they are reduced.
+    pub fn buckets(&self) -> &[Range<usize>] {
+        &self.buckets
+    }
+
+    /// Whether an error ended the group (every call then refuses).
+    pub fn is_ended(&self) -> bool {
+        self.ended.is_some()
+    }
+
+    /// One step of `config` on every replica: `work` runs each replica's
+    /// forward and backward through its store (on a thread per replica of
+    /// this process) and reports its [`Shard`]; the staged gradients are
+    /// averaged over the global batch in buckets; then every replica
+    /// applies the same step. Every process calls it with the same config.
+    ///
+    /// A replica whose `work`, reduction or device fails makes the whole
+    /// group skip the step (no replica applies it) and end: the failed
+    /// replica's process gets `Replica`, the others `PeerFailed`.
+    pub fn step<F>(&mut self, config: &OptimizerConfig, work: F) -> Result<StepReport, GroupError>
+    where
+        F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
+    {
+        self.run(config, None, work)
+    }
+
+    /// [`step`](Self::step) for gradients scaled by `scaler` (SGD, Adam
+    /// and AdamW): a non-finite gradient on any replica makes every replica
+    /// skip the step ([`StepReport::skipped`]), and `scaler` is updated
+    /// once, as every replica's was.
+    pub fn step_amp<F>(
+        &mut self,
+        config: &OptimizerConfig,
+        scaler: &mut GradScaler,
+        work: F,
+    ) -> Result<StepReport, GroupError>
+    where
+        F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
+    {
+        self.run(config, Some(scaler), work)
+    }
+
+    /// Every replica's parameter digest, over every process, in replica
+    /// order: all equal while the group is healthy.
+    pub fn replica_digests(&mut self) -> Result<Vec<u64>, GroupError> {
+        self.refuse_if_ended()?;
+        let mut local = Vec::with_capacity(self.replicas.len());
+        let mut failed = None;
+        for replica in &self.replicas {
+            match replica.store.sync_to_host() {
+                Ok(tensors) => {
+                    let values: Vec<f32> =
+                        tensors.into_iter().flat_map(Tensor::into_data).collect();
+                    local.push(digest::values(&values));
+                }
+                // Still gathered, so no peer waits for this process.
+                Err(error) => {
+                    local.push(0);
+                    failed.get_or_insert((replica.index, error));
+                }
+            }
+        }
+        let gathered = self.engine.all_gather(&local)?;
+        match failed {
+            Some((replica, error)) => Err(self.end_with(replica, error)),
+            None => Ok(gathered),
+        }
+    }
+
+    /// The parameters, as this process's first replica holds them.
+    pub fn parameters(&self) -> Result<Vec<Tensor<f32>>, GroupError> {
+        self.refuse_if_ended()?;
+        let replica = &self.replicas[0];
+        replica
+            .store
+            .sync_to_host()
+            .map_err(|error| GroupError::Replica {
+                replica: replica.index,
+                error,
+            })
+    }
+
+    fn run<F>(
+        &mut self,
+        config: &OptimizerConfig,
+        scaler: Option<&mut GradScaler>,
+        work: F,
+    ) -> Result<StepReport, GroupError>
+    where
+        F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
+    {
+        self.refuse_if_ended()?;
+        config
+            .validate()
+            .map_err(|error| GroupError::InvalidArgument(format!("the step's config: {error}")))?;
+        let mut outcomes = self.backward(&work);
+        let examples = self.vote(&outcomes)?;
+        let reduced = self.reduce(&mut outcomes, examples.total)?;
+        // A replica that failed to give a bucket fails the step everywhere.
+        self.vote(&outcomes)?;
+        let skipped = self.apply(config, scaler, &reduced)?;
+        self.steps += u64::from(!skipped);
+        Ok(StepReport {
+            loss: examples.loss / examples.total.max(1) as f64,
+            examples: examples.total,
+            skipped,
+        })
+    }
+
+    /// Every local replica's forward and backward, concurrently when there
+    /// are several.
+    fn backward<F>(&mut self, work: &F) -> Vec<Result<Shard, BackendError>>
+    where
+        F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
+    {
+        if let [only] = self.replicas.as_mut_slice() {
+            return vec![work(only)];
+        }
+        std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .replicas
+                .iter_mut()
+                .map(|replica| scope.spawn(move || work(replica)))
+                .collect();
+            running
+                .into_iter()
+                .map(|thread| {
+                    thread.join().unwrap_or_else(|_| {
+                        Err(BackendError::InvalidArgument(
+                            "the step's work panicked on this replica".into(),
+                        ))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// The mean gradient over the global batch of `total` examples: each
+    /// replica's weighted by its share of them (exactly ½ for two equal
+    /// shards), summed over every replica of every process, bucket by
+    /// bucket. A replica that fails to give its bucket contributes zeros
+    /// and its error: every process still takes part in every collective,
+    /// so none waits for a peer that gave up.
+    fn reduce(
+        &mut self,
+        outcomes: &mut [Result<Shard, BackendError>],
+        total: usize,
+    ) -> Result<Vec<f32>, GroupError> {
+        let mut reduced = vec![0.0f32; self.numel];
+        let mut buffers: Vec<Vec<f32>> = vec![Vec::new(); self.replicas.len()];
+        for bucket in self.buckets.clone() {
+            for ((replica, outcome), buffer) in self
+                .replicas
+                .iter()
+                .zip(outcomes.iter_mut())
+                .zip(&mut buffers)
+            {
+                *buffer = match outcome {
+                    Ok(shard) => match replica.store.read_staged(bucket.clone()) {
+                        Ok(mut values) => {
+                            let weight = shard.examples as f32 / total.max(1) as f32;
+                            if weight != 1.0 {
+                                values.iter_mut().for_each(|value| *value *= weight);
+                            }
+                            values
+                        }
+                        Err(error) => {
+                            *outcome = Err(error);
+                            vec![0.0; bucket.len()]
+                        }
+                    },
+                    Err(_) => vec![0.0; bucket.len()],
+                };
+            }
+            self.engine.all_reduce_sum(&mut buffers)?;
+            reduced[bucket].copy_from_slice(&buffers[0]);
+        }
+        Ok(reduced)
+    }
+
+    /// The group's vote on the step: the weighted loss, the examples and
+    /// one failure flag per replica, summed over every process. Any flag
+    /// ends the group, on every process alike, and every healthy replica
+    /// drops the step.
+    fn vote(&mut self, outcomes: &[Result<Shard, BackendError>]) -> Result<Examples, GroupError> {
+        let count = self.count();
+        let mut words = vec![0.0f32; 2 + count];
+        for (replica, outcome) in self.replicas.iter().zip(outcomes) {
+            match outcome {
+                Ok(shard) => {
+                    words[0] += shard.loss * shard.examples as f32;
+                    words[1] += shard.examples as f32;
+                }
+                Err(_) => words[2 + replica.index] = 1.0,
+            }
+        }
+        self.engine
+            .all_reduce_sum(std::slice::from_mut(&mut words))?;
+        let failed: Vec<usize> = (0..count).filter(|&r| words[2 + r] > 0.0).collect();
+        if failed.is_empty() {
+            return Ok(Examples {
+                loss: f64::from(words[0]),
+                total: words[1] as usize,
+            });
+        }
+        for replica in &mut self.replicas {
+            // The step is dropped on every healthy replica: their parameters stay as they were.
+            let _ = replica.store.abandon_pending_forward();
+        }
+        let local = self
+            .replicas
+            .iter()
+            .zip(outcomes)
+            .find_map(|(replica, outcome)| outcome.as_ref().err().map(|e| (replica.index, e)));
+        let error = match local {
+            Some((replica, error)) => GroupError::Replica {
+                replica,
+                error: error.clone(),
+            },
+            None => GroupError::PeerFailed { replicas: failed },
+        };
+        self.ended = Some(error.to_string());
+        Err(error)
+    }
+
+    /// Writes the mean gradient to every replica and steps it. With a
+    /// scaler, every replica decides the same skip (they step from the
+    /// same bits); the scaler takes the first replica's update.
+    fn apply(
+        &mut self,
+        config: &OptimizerConfig,
+        scaler: Option<&mut GradScaler>,
+        mean: &[f32],
+    ) -> Result<bool, GroupError> {
+        let mut decisions = Vec::with_capacity(self.replicas.len());
+        let mut updated = None;
+        for index in 0..self.replicas.len() {
+            let replica = &mut self.replicas[index];
+            let global = replica.index;
+            let stepped = match replica.store.write_staged(0, mean) {
+                Err(error) => Err(error),
+                Ok(()) => match &scaler {
+                    None => replica.store.step_staged(config).map(|()| false),
+                    Some(scaler) => {
+                        let mut own = (*scaler).clone();
+                        let skipped = replica
+                            .store
+                            .step_staged_amp(config, &mut own)
+                            .map_err(autodiff_to_backend);
+                        updated.get_or_insert(own);
+                        skipped
+                    }
+                },
+            };
+            match stepped {
+                Ok(skipped) => decisions.push(skipped),
+                Err(error) => return Err(self.end_with(global, error)),
+            }
+        }
+        if let (Some(scaler), Some(own)) = (scaler, updated) {
+            *scaler = own;
+        }
+        let skipped = decisions.first().copied().unwrap_or(false);
+        if decisions.iter().any(|&d| d != skipped) {
+            self.ended = Some("the replicas disagreed on an AMP skip".into());
+            return Err(GroupError::Ended(
+                "the replicas disagreed on an AMP skip: their gradients differed".into(),
+            ));
+        }
+        Ok(skipped)
+    }
+
+    fn refuse_if_ended(&self) -> Result<(), GroupError> {
+        match &self.ended {
+            Some(reason) => Err(GroupError::Ended(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the group with a replica's failure.
+    fn end_with(&mut self, replica: usize, error: BackendError) -> GroupError {
+        let error = GroupError::Replica { replica, error };
+        self.ended = Some(error.to_string());
+        error
+    }
+}
+
+/// The vote's sums.
+struct Examples {
+    loss: f64,
+    total: usize,
+}
+
+/// Every rank's `[layout digest, devices]` against rank 0's.
+fn check_ranks(gathered: &[u64]) -> Result<(), GroupError> {
+    let ranks: Vec<&[u64]> = gathered.chunks(2).collect();
+    let Some(first) = ranks.first() else {
+        return Ok(());
+    };
+    for (rank, words) in ranks.iter().enumerate().skip(1) {
+        if words[0] != first[0] {
+            return Err(GroupError::InvalidArgument(format!(
+                "rank {rank}'s parameter layout (digest {:016x}) differs from rank 0's \
+                 ({:016x}): every rank must build the same model",
+                words[0], first[0]
+            )));
+        }
+        if words[1] != first[1] {
+            return Err(GroupError::InvalidArgument(format!(
+                "rank {rank} has {} devices and rank 0 {}: every rank needs as many",
+                words[1], first[1]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A store on `client` holding `flat`, cut to `shapes`.
+fn store_of(
+    client: &ComputeClient,
+    shapes: &[Vec<usize>],
+    flat: &[f32],
+) -> Result<DeviceParamStore, BackendError> {
+    let mut tensors = Vec::with_capacity(shapes.len());
+    let mut start = 0;
+    for shape in shapes {
+        let len: usize = shape.iter().product();
+        let data = flat.get(start..start + len).ok_or_else(|| {
+            BackendError::InvalidArgument("the parameters are shorter than their shapes".into())
+        })?;
+        tensors.push(Tensor::new(shape.clone(), data.to_vec())?);
+        start += len;
+    }
+    let refs: Vec<&Tensor<f32>> = tensors.iter().collect();
+    DeviceParamStore::new(&Tape::new(client), &refs)
+}
+
+fn autodiff_to_backend(error: cistern_client::AutodiffError) -> BackendError {
+    match error {
+        cistern_client::AutodiffError::Backend(error) => error,
+        other => BackendError::InvalidArgument(other.to_string()),
+    }
+}

@@ -1,0 +1,19 @@
+//! Cistern's replica groups: one model trained on several devices,
+//! processes or hosts, data parallel.
+//!
+//! A [`ReplicaGroup`] holds one `DeviceParamStore` per device of this
+//! process; a [`Collective`] engine joins it with the other processes:
+//! [`InProcess`] for a group in one process, `Mpi` (feature `mpi`) for one
+//! process per rank under `mpirun`. `docs/parallel.md` has the design.
+
+pub mod buckets;
+mod collective;
+mod digest;
+mod error;
+mod group;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+
+pub use collective::{Collective, CollectiveError, InProcess};
+pub use error::GroupError;
+pub use group::{Replica, ReplicaGroup, Shard, StepReport};

@@ -1,0 +1,252 @@
+//! Replica groups in one process: CPU ordinals as devices, the
+//! `InProcess` engine.
+
+mod common;
+
+use cistern_client::{DeviceParamStore, Tape, Tensor};
+use cistern_optim::{GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig};
+use cistern_parallel::{GroupError, InProcess, ReplicaGroup};
+use cistern_runtime::FaultPlan;
+
+use common::{ROWS, cpu, cpu_with, every_family, ok, problem, work};
+
+fn group(devices: usize, seed: u64) -> (ReplicaGroup, common::Problem) {
+    let problem = problem(seed);
+    let clients = (0..devices).map(cpu).collect();
+    let group = ok(
+        ReplicaGroup::new(Box::new(InProcess), clients, &problem.params),
+        "group",
+    );
+    (group, problem)
+}
+
+fn flat(tensors: &[Tensor<f32>]) -> Vec<f32> {
+    tensors.iter().flat_map(|t| t.data().to_vec()).collect()
+}
+
+#[test]
+fn replicas_stay_bit_identical_over_200_steps_of_every_family() {
+    for config in every_family() {
+        let (mut group, problem) = group(2, 7);
+        let before = flat(&ok(group.parameters(), "params"));
+        for step in 0..200 {
+            let report = ok(
+                group.step(&config, |replica| work(&problem, replica, 1.0)),
+                "step",
+            );
+            assert_eq!(report.examples, ROWS);
+            assert!(report.loss.is_finite(), "step {step} of {config:?}");
+        }
+        let digests = ok(group.replica_digests(), "digests");
+        assert_eq!(digests.len(), 2);
+        assert_eq!(digests[0], digests[1], "{config:?}");
+        assert_eq!(group.steps(), 200);
+        assert_ne!(flat(&ok(group.parameters(), "params")), before);
+    }
+}
+
+#[test]
+fn amp_steps_are_skipped_by_every_replica_together() {
+    let (mut group, problem) = group(2, 8);
+    let config = OptimizerConfig::Sgd(SgdConfig {
+        lr: 0.01,
+        ..Default::default()
+    });
+    let mut scaler = ok(GradScaler::new(GradScalerConfig::default()), "scaler");
+    let mut skipped = 0;
+    for step in 1..=200 {
+        // Every tenth step overflows on replica 1 only.
+        let scale = scaler.scale();
+        let report = ok(
+            group.step_amp(&config, &mut scaler, |replica| {
+                let shard = work(&problem, replica, scale)?;
+                if step % 10 == 0 && replica.index() == 1 {
+                    replica.store_mut().write_staged(0, &[f32::INFINITY])?;
+                }
+                Ok(shard)
+            }),
+            "amp step",
+        );
+        skipped += u32::from(report.skipped);
+    }
+    assert_eq!(skipped, 20);
+    assert_eq!(group.steps(), 180);
+    let digests = ok(group.replica_digests(), "digests");
+    assert_eq!(digests[0], digests[1]);
+}
+
+#[test]
+fn a_group_of_one_device_steps_exactly_as_a_lone_store() {
+    let (mut group, problem) = group(1, 9);
+    let config = every_family().remove(1);
+    let client = cpu(0);
+    let refs: Vec<&Tensor<f32>> = problem.params.iter().collect();
+    let mut lone = ok(DeviceParamStore::new(&Tape::new(&client), &refs), "store");
+    for _ in 0..20 {
+        ok(
+            group.step(&config, |replica| work(&problem, replica, 1.0)),
+            "group step",
+        );
+        lone_step(&problem, &mut lone, &Tape::new(&client));
+        ok(lone.step_staged(&config), "lone step");
+    }
+    assert_eq!(
+        flat(&ok(group.parameters(), "group")),
+        flat(&ok(lone.sync_to_host(), "lone"))
+    );
+}
+
+/// The lone store's forward and backward over the whole batch.
+fn lone_step(problem: &common::Problem, store: &mut DeviceParamStore, tape: &Tape) {
+    use cistern_runtime::Activation;
+    let x = ok(Tensor::new([ROWS, 4], problem.x.clone()), "x");
+    let y = ok(Tensor::new([ROWS, 3], problem.y.clone()), "y");
+    let leaves = ok(store.register_resident_params(tape), "register");
+    let x = ok(tape.upload(&x), "upload");
+    let y = ok(tape.upload(&y), "upload");
+    let h = ok(
+        store.linear_forward_with_activation(
+            tape,
+            &x,
+            &leaves[0],
+            Some(&leaves[1]),
+            Activation::Tanh,
+        ),
+        "layer 1",
+    );
+    let pred = ok(
+        store.linear_forward(tape, &h, &leaves[2], Some(&leaves[3])),
+        "layer 2",
+    );
+    let loss = ok(tape.mse_loss(&pred, &y), "loss");
+    ok(store.backward(tape, &loss), "backward");
+}
+
+#[test]
+fn two_replicas_train_as_one_device_on_the_whole_batch_within_rounding() {
+    let (mut group, problem) = group(2, 10);
+    let config = every_family().remove(1);
+    let client = cpu(0);
+    let refs: Vec<&Tensor<f32>> = problem.params.iter().collect();
+    let mut lone = ok(DeviceParamStore::new(&Tape::new(&client), &refs), "store");
+    for _ in 0..50 {
+        ok(
+            group.step(&config, |replica| work(&problem, replica, 1.0)),
+            "group step",
+        );
+        lone_step(&problem, &mut lone, &Tape::new(&client));
+        ok(lone.step_staged(&config), "lone step");
+    }
+    let (a, b) = (
+        flat(&ok(group.parameters(), "group")),
+        flat(&ok(lone.sync_to_host(), "lone")),
+    );
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "worst difference {worst}");
+}
+
+#[test]
+fn a_device_fault_on_one_replica_skips_the_step_everywhere_and_ends_the_group() {
+    let problem = problem(11);
+    // cpu:1 traps on its 40th launch: a few steps in, mid-backward.
+    let clients = vec![
+        cpu(0),
+        cpu_with(1, FaultPlan::none().with_trap_at_launch(40)),
+    ];
+    let mut group = ok(
+        ReplicaGroup::new(Box::new(InProcess), clients, &problem.params),
+        "group",
+    );
+    let config = every_family().remove(1);
+    let mut before = flat(&ok(group.parameters(), "params"));
+    let error = loop {
+        match group.step(&config, |replica| work(&problem, replica, 1.0)) {
+            Ok(_) => before = flat(&ok(group.parameters(), "params")),
+            Err(error) => break error,
+        }
+    };
+    match &error {
+        GroupError::Replica { replica: 1, error } => {
+            assert!(error.code().stable_id() > 0, "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(group.steps() > 0, "the fault came after some steps");
+    // The healthy replica kept the parameters of the last step all applied.
+    let healthy = ok(group.replicas()[0].store().sync_to_host(), "healthy");
+    assert_eq!(flat(&healthy), before);
+    assert!(group.is_ended());
+    match group.step(&config, |replica| work(&problem, replica, 1.0)) {
+        Err(GroupError::Ended(why)) => assert!(why.contains("replica 1"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(group.replica_digests(), Err(GroupError::Ended(_))));
+}
+
+#[test]
+fn a_replica_whose_work_fails_makes_no_replica_step() {
+    let (mut group, problem) = group(2, 12);
+    let config = every_family().remove(0);
+    let before = flat(&ok(group.parameters(), "params"));
+    let result = group.step(&config, |replica| {
+        let shard = work(&problem, replica, 1.0)?;
+        match replica.index() {
+            0 => Err(cistern_client::BackendError::TransferFailed(
+                "injected".into(),
+            )),
+            _ => Ok(shard),
+        }
+    });
+    assert!(
+        matches!(result, Err(GroupError::Replica { replica: 0, .. })),
+        "{result:?}"
+    );
+    for replica in group.replicas() {
+        assert_eq!(flat(&ok(replica.store().sync_to_host(), "params")), before);
+    }
+    assert_eq!(group.steps(), 0);
+}
+
+#[test]
+fn an_invalid_config_is_refused_before_any_work_and_the_group_goes_on() {
+    let (mut group, problem) = group(2, 13);
+    let bad = OptimizerConfig::Sgd(SgdConfig {
+        lr: -1.0,
+        ..Default::default()
+    });
+    let refused = group.step(&bad, |_| panic!("no work runs"));
+    assert!(
+        matches!(refused, Err(GroupError::InvalidArgument(_))),
+        "{refused:?}"
+    );
+    let config = every_family().remove(0);
+    ok(
+        group.step(&config, |replica| work(&problem, replica, 1.0)),
+        "then a step",
+    );
+    assert_eq!(group.steps(), 1);
+}
+
+#[test]
+fn a_group_without_devices_is_refused() {
+    let problem = problem(14);
+    let refused = ReplicaGroup::new(Box::new(InProcess), Vec::new(), &problem.params);
+    assert!(matches!(refused, Err(GroupError::InvalidArgument(_))));
+}
+
+#[test]
+fn rank_zero_s_parameters_reach_every_replica() {
+    let (group, problem) = group(3, 15);
+    for replica in group.replicas() {
+        assert_eq!(
+            flat(&ok(replica.store().sync_to_host(), "params")),
+            flat(&problem.params)
+        );
+    }
+    assert_eq!(group.count(), 3);
+    assert_eq!(group.replicas()[2].index(), 2);
+}
