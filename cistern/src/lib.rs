@@ -9,4 +9,5 @@ pub use cistern_client as client;
 pub use cistern_kernels as kernels;
 pub use cistern_memory as memory;
 pub use cistern_optim as optim;
+pub use cistern_parallel as parallel;
 pub use cistern_runtime as runtime;

@@ -86,8 +86,18 @@ fn best(devices: &[DeviceInfo]) -> Option<Device> {
 /// those that are.
 pub(crate) fn choose(spec: &str) -> Result<Device, String> {
     // The CPU backend is always present: no probe of the other backends.
-    if spec == "cpu" || spec == "cpu:0" {
+    if spec == "cpu" {
         return Ok(Device::Cpu(0));
+    }
+    // Every CPU ordinal is a share of the same cores (`--devices cpu:0,cpu:1`).
+    if let Some(Device::Cpu(ordinal)) = parse(spec) {
+        return match ordinal < cistern_runtime::backend::cpu::MAX_CPU_ORDINALS {
+            true => Ok(Device::Cpu(ordinal)),
+            false => Err(format!(
+                "{spec}: the CPU is cpu:0 to cpu:{}, each a share of its cores",
+                cistern_runtime::backend::cpu::MAX_CPU_ORDINALS - 1
+            )),
+        };
     }
     let devices = list_devices();
     let present = || {

@@ -294,3 +294,120 @@ fn training_beats_the_baseline_on_every_device_present() {
         beats_the_baseline(&amp);
     }
 }
+
+/// `train` on `--devices`/`--distributed` or one device: the summary.
+fn group_summary(extra: &[&str]) -> Value {
+    let mut args = vec!["--steps", "200", "--optimizer", "adam"];
+    args.extend_from_slice(extra);
+    summary_of(&args)
+}
+
+#[test]
+fn two_cpu_devices_in_one_process_train_as_one_device_does() {
+    let one = group_summary(&[]);
+    let two = group_summary(&["--devices", "cpu:0,cpu:1"]);
+    assert_eq!(two["device"], "cpu:0,cpu:1");
+    assert_eq!(two["step"], "group");
+    let (a, b) = (one["val_mse"].as_f64(), two["val_mse"].as_f64());
+    let (Some(a), Some(b)) = (a, b) else {
+        panic!("no val_mse: {one} {two}");
+    };
+    assert!((a - b).abs() < 1e-3, "one device {a}, two {b}");
+    beats_the_baseline(&two);
+}
+
+#[test]
+fn a_group_refuses_a_device_named_twice_a_batch_below_its_size_and_the_chain_step() {
+    let twice = cistern(&["train", "--devices", "cpu:0,cpu:0"]);
+    fails_with(&twice, "cpu:0 is named twice");
+    let small = cistern(&["train", "--devices", "cpu:0,cpu:1,cpu:2", "--batch", "2"]);
+    fails_with(&small, "--batch 2: smaller than the group's 3 replicas");
+    let chain = cistern(&["train", "--devices", "cpu:0,cpu:1", "--step", "chain"]);
+    fails_with(&chain, "--step chain runs on one device");
+    let absent = cistern(&["train", "--devices", "cpu:0,cpu:99"]);
+    fails_with(&absent, "cpu:0 to cpu:63");
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn distributed_mpi_in_a_build_without_mpi_names_the_feature() {
+    let output = cistern(&["train", "--distributed", "mpi"]);
+    fails_with(&output, "--features mpi");
+}
+
+#[cfg(feature = "mpi")]
+mod mpi {
+    use super::*;
+    use std::process::Command;
+
+    /// `cistern train` as `ranks` MPI ranks.
+    fn under_mpirun(ranks: usize, args: &[&str]) -> Output {
+        let output = Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe"])
+            .args(["--mca", "btl_vader_single_copy_mechanism", "none"])
+            .args(["-np", &ranks.to_string(), env!("CARGO_BIN_EXE_cistern")])
+            .args(args)
+            .output();
+        match output {
+            Ok(output) => output,
+            Err(error) => panic!("mpirun (install openmpi-bin): {error}"),
+        }
+    }
+
+    #[test]
+    fn outside_mpirun_distributed_mpi_names_the_launcher() {
+        let output = cistern(&["train", "--distributed", "mpi"]);
+        fails_with(&output, "mpirun -np N");
+    }
+
+    #[test]
+    fn two_and_three_ranks_train_as_one_device_does_and_rank_zero_alone_reports_and_saves() {
+        let one = group_summary(&[]);
+        for ranks in [1, 2, 3] {
+            let saved = scratch(&format!("ranks-{ranks}.safetensors"));
+            let _ = std::fs::remove_file(&saved);
+            let output = under_mpirun(
+                ranks,
+                &[
+                    "train",
+                    "--steps",
+                    "200",
+                    "--json",
+                    "--optimizer",
+                    "adam",
+                    "--distributed",
+                    "mpi",
+                    "--save",
+                    path(&saved),
+                ],
+            );
+            assert!(output.status.success(), "{}", text(&output.stderr));
+            let lines = json_lines(&output);
+            let summaries: Vec<&Value> = lines.iter().filter(|l| l["event"] == "summary").collect();
+            assert_eq!(summaries.len(), 1, "rank 0 alone reports");
+            let starts = lines.iter().filter(|l| l["event"] == "start").count();
+            assert_eq!(starts, 1);
+            let summary = summaries[0];
+            assert_eq!(summary["device"], format!("cpu:0 x {ranks} ranks (mpi)"));
+            let (Some(a), Some(b)) = (one["val_mse"].as_f64(), summary["val_mse"].as_f64()) else {
+                panic!("no val_mse: {summary}");
+            };
+            assert!((a - b).abs() < 1e-3, "{ranks} ranks: {b}, one device {a}");
+            assert!(saved.exists(), "--save wrote the model");
+        }
+    }
+
+    #[test]
+    fn a_batch_smaller_than_the_world_is_refused_before_anything_runs() {
+        let args = ["train", "--distributed", "mpi", "--batch", "2", "--json"];
+        let output = under_mpirun(3, &args);
+        let stderr = text(&output.stderr);
+        assert!(!output.status.success());
+        // mpirun ends the job at the first rank's refusal: one to three say it.
+        assert!(
+            stderr.contains("--batch 2: smaller than the group's 3 replicas"),
+            "{stderr}"
+        );
+        assert_eq!(text(&output.stdout), "", "refused before anything ran");
+    }
+}

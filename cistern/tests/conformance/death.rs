@@ -86,8 +86,10 @@ pub fn calls_queued_behind_a_shutdown_answer_server_gone(device: Device) {
 }
 
 pub fn opening_an_absent_device_is_unavailable() {
-    // No machine has this many wgpu adapters or CUDA devices.
-    for device in [Device::Cpu(9), Device::Cuda(64), Device::Wgpu(1 << 20)] {
+    // No machine has this many wgpu adapters or CUDA devices; CPU ordinals
+    // stop at MAX_CPU_ORDINALS.
+    let past_the_cpus = Device::Cpu(cistern::runtime::backend::cpu::MAX_CPU_ORDINALS);
+    for device in [past_the_cpus, Device::Cuda(64), Device::Wgpu(1 << 20)] {
         let opened = ComputeClient::open(device, DeviceOptions::default()).map(|_| ());
         match opened {
             Err(ServerError::DeviceUnavailable { .. }) => {}

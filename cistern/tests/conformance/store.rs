@@ -378,3 +378,52 @@ pub fn the_stores_device_amp_step_matches_the_cpus(device: Device) {
     let error = max_relative_error(&got, &wide(&want), PARAM_FLOOR);
     assert!(error <= cancelling_tolerance(device), "{device}: {error:e}");
 }
+
+/// A replica group of two stores on `device`, each on the whole batch:
+/// the mean of two equal gradients is the gradient, so after ten Adam
+/// steps both replicas hold, bit for bit, what a lone store holds (the
+/// staged gradients read, written back and stepped from on the device).
+pub fn a_replica_group_on_this_device_steps_as_a_lone_store(device: Device) {
+    use cistern::parallel::{InProcess, ReplicaGroup, Shard};
+    let model = model(0x6E);
+    let config = OptimizerConfig::Adam(AdamConfig {
+        lr: 0.01,
+        ..Default::default()
+    });
+    let clients = vec![open(device), open(device)];
+    let mut group = ok(
+        ReplicaGroup::new(Box::new(InProcess), clients, &model.params),
+        "the group",
+    );
+    let client = open(device);
+    let mut lone = store(&client, &model);
+    for _ in 0..10 {
+        let stepped = group.step(&config, |replica| {
+            let tape = Tape::new(replica.client());
+            let store = replica.store_mut();
+            let leaves = store.register_resident_params(&tape)?;
+            let loss = loss(store, &tape, &leaves, &model);
+            store.backward(&tape, &loss).map_err(|e| match e {
+                cistern::client::AutodiffError::Backend(e) => e,
+                other => BackendError::InvalidArgument(other.to_string()),
+            })?;
+            Ok(Shard {
+                loss: 0.0,
+                examples: 8,
+            })
+        });
+        ok(stepped, "a group step");
+        let tape = Tape::new(&client);
+        let leaves = ok(lone.register_resident_params(&tape), "register");
+        let loss = loss(&lone, &tape, &leaves, &model);
+        let gradients = ok(lone.backward(&tape, &loss), "backward");
+        ok(step_with(&mut lone, &gradients, &config), "a lone step");
+    }
+    let digests = ok(group.replica_digests(), "digests");
+    assert_eq!(digests[0], digests[1], "{device}");
+    assert_eq!(
+        flat(&ok(group.parameters(), "group")),
+        flat(&ok(lone.sync_to_host(), "lone")),
+        "{device}"
+    );
+}

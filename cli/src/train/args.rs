@@ -27,6 +27,13 @@ pub enum OptimizerName {
     Lamb,
 }
 
+/// The engines of `--distributed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DistributedEngine {
+    /// MPI: one process per rank, under `mpirun`.
+    Mpi,
+}
+
 /// How a step runs, by its command-line name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StepPath {
@@ -148,6 +155,24 @@ pub struct TrainArgs {
     /// over the CPU backend), or `cpu:N`, `wgpu:N`, `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Train one model on several devices of this process, data parallel
+    /// (e.g. `cpu:0,cpu:1`: each CPU ordinal gets its share of the cores).
+    #[arg(long, value_delimiter = ',', value_name = "DEVICES", conflicts_with_all = ["device", "distributed"])]
+    pub devices: Vec<String>,
+    /// Train data parallel with one process per rank, started by `mpirun
+    /// -np N cistern train --distributed mpi` (a build with `--features
+    /// mpi`); each rank trains on --device.
+    #[arg(long, value_enum, value_name = "ENGINE")]
+    pub distributed: Option<DistributedEngine>,
+    /// With --distributed: how long a rank waits for its peers in one
+    /// collective before it ends the run (PeerLost, exit status 75).
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECONDS",
+        requires = "distributed"
+    )]
+    pub peer_timeout: f64,
     /// Mixed precision: the loss scaled by a gradient scaler (PyTorch's
     /// `GradScaler` defaults), unscaled and checked on the device, a step
     /// with non-finite gradients skipped. With sgd, adam or adamw.
@@ -185,11 +210,18 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
-    /// The step path in effect.
+    /// Whether the run trains a replica group (--devices or --distributed).
+    pub fn is_group(&self) -> bool {
+        !self.devices.is_empty() || self.distributed.is_some()
+    }
+
+    /// The step path in effect (a group steps through the tape).
     pub fn step_path(&self) -> StepPath {
         match self.step {
             Some(path) => path,
-            None if self.optimizer == OptimizerName::Sgd && !self.amp => StepPath::Chain,
+            None if self.optimizer == OptimizerName::Sgd && !self.amp && !self.is_group() => {
+                StepPath::Chain
+            }
             None => StepPath::Tape,
         }
     }
@@ -216,6 +248,19 @@ impl TrainArgs {
             return Err(
                 "--step chain runs sgd without --amp: use --step tape for other optimizers".into(),
             );
+        }
+        if self.step == Some(StepPath::Chain) && self.is_group() {
+            return Err(
+                "--step chain runs on one device: a replica group (--devices, --distributed) \
+                 steps through the tape"
+                    .into(),
+            );
+        }
+        if !(self.peer_timeout.is_finite() && self.peer_timeout > 0.0) {
+            return Err(format!(
+                "--peer-timeout {}: give a positive number of seconds",
+                self.peer_timeout
+            ));
         }
         if self.steps == Some(0) || (self.steps.is_none() && self.epochs == 0) {
             return Err("--steps 0 / --epochs 0: nothing to train; give at least one step".into());

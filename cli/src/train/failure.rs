@@ -2,6 +2,7 @@
 //! what to do about it) or a usage error (a message).
 
 use cistern_client::{AutodiffError, BackendError, ErrorCode, ReportedError};
+use cistern_parallel::GroupError;
 use cistern_runtime::ServerError;
 
 /// A failed run.
@@ -11,6 +12,8 @@ pub enum Failure {
     Device(ReportedError),
     /// The arguments or the data: the message says what to change.
     Usage(String),
+    /// The replica group failed or ended (a replica's device, a lost peer).
+    Group(GroupError),
 }
 
 impl Failure {
@@ -19,6 +22,15 @@ impl Failure {
     pub fn describe(&self) -> String {
         match self {
             Failure::Usage(message) => message.clone(),
+            Failure::Group(error) => {
+                let code = error.code();
+                format!(
+                    "group error {} ({}): {error}; what to do: {}",
+                    code.name(),
+                    code.stable_id(),
+                    what_to_do(code)
+                )
+            }
             Failure::Device(error) => {
                 let code = error.code();
                 format!(
@@ -57,6 +69,15 @@ impl From<BackendError> for Failure {
     }
 }
 
+impl From<GroupError> for Failure {
+    fn from(error: GroupError) -> Self {
+        match error {
+            GroupError::InvalidArgument(message) => Failure::Usage(message),
+            error => Failure::Group(error),
+        }
+    }
+}
+
 impl From<String> for Failure {
     fn from(message: String) -> Self {
         Failure::Usage(message)
@@ -81,6 +102,9 @@ pub fn what_to_do(code: ErrorCode) -> &'static str {
         }
         ErrorCode::InvalidArgument | ErrorCode::InvalidProgram => {
             "check the options (--lr, --layers, --batch); if they are sane, report it"
+        }
+        ErrorCode::PeerLost => {
+            "a rank of the group was lost: restart the job (from a --save'd model)"
         }
         _ => "report it, with the --telemetry file",
     }

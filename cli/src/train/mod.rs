@@ -12,6 +12,7 @@ mod args;
 mod batches;
 pub(crate) mod csv_file;
 mod data;
+mod distributed;
 mod failure;
 pub(crate) mod model;
 pub(crate) mod model_file;

@@ -13,6 +13,8 @@ pub enum Output {
     Bar(ProgressBar),
     /// JSON lines on stdout.
     Json,
+    /// Nothing: a rank of a group other than rank 0.
+    Silent,
 }
 
 impl Output {
@@ -30,6 +32,11 @@ impl Output {
             bar.set_style(style);
         }
         Output::Bar(bar)
+    }
+
+    /// The output of a rank that shows nothing.
+    pub fn silent() -> Self {
+        Output::Silent
     }
 
     /// The run's first line (JSON only): what is about to train.
@@ -65,6 +72,7 @@ impl Output {
             Output::Bar(bar) => bar.set_message(format!(
                 "loss {train_loss:.4}  val {val_mse:.4}  {steps_per_s:.0} steps/s"
             )),
+            Output::Silent => {}
         }
     }
 

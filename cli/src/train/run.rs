@@ -10,6 +10,7 @@ use serde_json::json;
 use super::args::TrainArgs;
 use super::batches::Batches;
 use super::data::{self, Table};
+use super::distributed;
 use super::failure::Failure;
 use super::model::Layout;
 use super::model_file::SavedModel;
@@ -34,6 +35,7 @@ pub fn run_command(args: &TrainArgs) -> Result<(), String> {
     match train(args, &table, &prepared, device) {
         Ok(()) => Ok(()),
         Err(Failure::Usage(message)) => Err(message),
+        Err(failure @ Failure::Group(_)) => Err(failure.describe()),
         Err(Failure::Device(error)) => {
             let message = Failure::Device(error.clone()).describe();
             if let Some(path) = &args.telemetry {
@@ -55,22 +57,50 @@ fn train(
         trap_launch: args.inject_trap_at_launch,
         ..FaultPlan::none()
     };
-    let client = ComputeClient::open(device, DeviceOptions::default().with_faults(faults))?;
     let width = table.width();
     let layout = Layout::new(width, &args.layers, args.activation);
     let initial = layout.initial_parameters(args.seed);
-    let model = StoreModel::upload(&client, layout.clone(), &initial)?;
+    let (model, device_name) = match distributed::placement(args, &faults)? {
+        Some(placement) => {
+            let label = placement.label.clone();
+            (
+                StoreModel::upload_group(placement, layout.clone(), &initial)?,
+                label,
+            )
+        }
+        None => {
+            let options = DeviceOptions::default().with_faults(faults);
+            let client = ComputeClient::open(device, options)?;
+            (
+                StoreModel::upload(&client, layout.clone(), &initial)?,
+                device.to_string(),
+            )
+        }
+    };
+    let client = model.client().clone();
+    if args.batch < model.replicas() {
+        return Err(Failure::Usage(format!(
+            "--batch {}: smaller than the group's {} replicas; each needs at least one sample",
+            args.batch,
+            model.replicas()
+        )));
+    }
+    // Rank 0 alone shows the run, plots and saves; every rank trains alike.
+    let shows = model.rank() == 0;
     let config = args.optimizer.config(args.lr());
     let mut trainer = Trainer::new(model, config, args.step_path(), args.amp)?;
     let mut batches = Batches::new(prepared.train.rows(), args.batch, args.seed);
     let steps = args
         .steps
         .unwrap_or(args.epochs * batches.per_epoch() as u64);
-    let output = Output::new(args.json, steps);
+    let output = match shows {
+        true => Output::new(args.json, steps),
+        false => Output::silent(),
+    };
     output.start(json!({
         "event": "start",
         "dataset": table.name,
-        "device": device.to_string(),
+        "device": device_name,
         "rows": table.rows(),
         "features": width,
         "layers": args.layers,
@@ -101,7 +131,7 @@ fn train(
         interval_steps += 1;
         let rate = step as f64 / step_seconds.max(1e-9);
         output.step(step, loss, rate);
-        if step % every == 0 || step == steps {
+        if shows && (step % every == 0 || step == steps) {
             let validation = evaluate(trainer.model(), prepared, &prepared.validation)?;
             let train = interval_loss / interval_steps as f64;
             output.eval(step, train, validation, rate);
@@ -114,6 +144,9 @@ fn train(
         }
     }
     output.finish();
+    if !shows {
+        return Ok(());
+    }
     let model = trainer.model();
     let train_mse = evaluate(model, prepared, &prepared.train)?;
     let val_mse = evaluate(model, prepared, &prepared.validation)?;
@@ -130,7 +163,7 @@ fn train(
     let summary = Summary {
         event: "summary",
         dataset: table.name.clone(),
-        device: device.to_string(),
+        device: device_name.clone(),
         layers: args.layers.clone(),
         activation: format!("{:?}", args.activation).to_lowercase(),
         batch: batches.batch(),
@@ -155,7 +188,7 @@ fn train(
     };
     keep(args, table, prepared, model)?;
     if let Some(path) = &args.plot {
-        let title = format!("cistern train: {} ({})", table.name, device);
+        let title = format!("cistern train: {} ({})", table.name, device_name);
         plot::draw(path, &title, &points, baseline_mse)?;
     }
     if args.json {

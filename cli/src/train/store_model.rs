@@ -2,8 +2,10 @@
 //! the device chain over them that predicts.
 
 use cistern_client::{ChainLayer, ComputeClient, DeviceParamStore, ResidentLeaf, Tape, Tensor};
+use cistern_parallel::ReplicaGroup;
 use cistern_runtime::Activation;
 
+use super::distributed::Placement;
 use super::failure::Failure;
 use super::model::Layout;
 
@@ -12,13 +14,21 @@ use super::model::Layout;
 const CHUNK_ROWS: usize = 512;
 
 /// An MLP whose parameters live in a [`DeviceParamStore`], one slot per
-/// tensor of [`Layout::tensors`], in order.
+/// tensor of [`Layout::tensors`], in order: one store, or one per replica
+/// of a [`ReplicaGroup`].
 #[derive(Debug)]
 pub struct StoreModel {
     /// Its shape.
     pub layout: Layout,
     client: ComputeClient,
-    store: DeviceParamStore,
+    holder: Holder,
+}
+
+/// The store, or the group holding a store per replica.
+#[derive(Debug)]
+enum Holder {
+    One(Box<DeviceParamStore>),
+    Group(ReplicaGroup),
 }
 
 impl StoreModel {
@@ -29,36 +39,91 @@ impl StoreModel {
         layout: Layout,
         values: &[Vec<f32>],
     ) -> Result<Self, Failure> {
-        let tensors = layout
-            .tensors()
-            .into_iter()
-            .zip(values)
-            .map(|((_, shape), data)| Tensor::new(shape, data.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Failure::Usage(format!("the model's parameters: {e}")))?;
+        let tensors = tensors(&layout, values)?;
         let refs: Vec<&Tensor<f32>> = tensors.iter().collect();
         let tape = Tape::new(client);
         let store = DeviceParamStore::new(&tape, &refs)?;
         Ok(StoreModel {
             layout,
             client: client.clone(),
-            store,
+            holder: Holder::One(Box::new(store)),
         })
     }
 
-    /// The client of its device.
+    /// A replica group of `placement` holding rank 0's `values` on every
+    /// replica.
+    pub fn upload_group(
+        placement: Placement,
+        layout: Layout,
+        values: &[Vec<f32>],
+    ) -> Result<Self, Failure> {
+        let tensors = tensors(&layout, values)?;
+        let client = placement
+            .clients
+            .first()
+            .cloned()
+            .ok_or_else(|| Failure::Usage("a replica group needs a device".into()))?;
+        let group = ReplicaGroup::new(placement.engine, placement.clients, &tensors)?;
+        Ok(StoreModel {
+            layout,
+            client,
+            holder: Holder::Group(group),
+        })
+    }
+
+    /// The client of its (first) device.
     pub fn client(&self) -> &ComputeClient {
         &self.client
     }
 
-    /// The store, for a step.
+    /// The store (of this process's first replica, in a group), for reads
+    /// and predictions.
     pub fn store(&self) -> &DeviceParamStore {
-        &self.store
+        match &self.holder {
+            Holder::One(store) => store,
+            Holder::Group(group) => group.replicas()[0].store(),
+        }
     }
 
-    /// The store, for a step that updates it.
-    pub fn store_mut(&mut self) -> &mut DeviceParamStore {
-        &mut self.store
+    /// The store, for a step that updates it; a group's replicas step
+    /// through the group only.
+    pub fn store_mut(&mut self) -> Result<&mut DeviceParamStore, Failure> {
+        match &mut self.holder {
+            Holder::One(store) => Ok(store),
+            Holder::Group(_) => Err(Failure::Usage(
+                "a replica group's stores step through the group".into(),
+            )),
+        }
+    }
+
+    /// The replica group, when it trains as one.
+    pub fn group_mut(&mut self) -> Option<&mut ReplicaGroup> {
+        match &mut self.holder {
+            Holder::One(_) => None,
+            Holder::Group(group) => Some(group),
+        }
+    }
+
+    /// This process's rank in its group (0 on one device): rank 0 alone
+    /// prints, plots and saves.
+    pub fn rank(&self) -> usize {
+        match &self.holder {
+            Holder::One(_) => 0,
+            Holder::Group(group) => group.rank(),
+        }
+    }
+
+    /// Whether a replica group trains it (of any size, one included).
+    pub fn is_group(&self) -> bool {
+        matches!(self.holder, Holder::Group(_))
+    }
+
+    /// How many replicas train it (1 on one device).
+    pub fn replicas(&self) -> usize {
+        match &self.holder {
+            Holder::One(_) => 1,
+            Holder::Group(group) => group.count(),
+        }
     }
 
     /// The activation after layer `index` (the output layer has none).
@@ -90,13 +155,13 @@ impl StoreModel {
     pub fn predict(&self, features: &[f32]) -> Result<Vec<f32>, Failure> {
         let width = self.layout.widths[0];
         let tape = Tape::new(&self.client);
-        let leaves = self.store.snapshot_resident_params(&tape)?;
+        let leaves = self.store().snapshot_resident_params(&tape)?;
         let chain = self.chain(&leaves);
         let mut outputs = Vec::with_capacity(features.len() / width.max(1));
         for chunk in features.chunks(CHUNK_ROWS * width) {
             let input = Tensor::new([chunk.len() / width, width], chunk.to_vec())
                 .map_err(|e| Failure::Usage(format!("the features: {e}")))?;
-            let output = self.store.predict_device_chain(&chain, &input)?;
+            let output = self.store().predict_device_chain(&chain, &input)?;
             outputs.extend(output.into_data());
         }
         Ok(outputs)
@@ -105,10 +170,21 @@ impl StoreModel {
     /// Every parameter tensor, in layout order, in one download.
     pub fn parameters(&self) -> Result<Vec<Vec<f32>>, Failure> {
         Ok(self
-            .store
+            .store()
             .sync_to_host()?
             .into_iter()
             .map(Tensor::into_data)
             .collect())
     }
+}
+
+/// `values` as the layout's tensors.
+fn tensors(layout: &Layout, values: &[Vec<f32>]) -> Result<Vec<Tensor<f32>>, Failure> {
+    layout
+        .tensors()
+        .into_iter()
+        .zip(values)
+        .map(|((_, shape), data)| Tensor::new(shape, data.clone()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Failure::Usage(format!("the model's parameters: {e}")))
 }

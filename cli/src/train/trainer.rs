@@ -3,8 +3,12 @@
 //! tape forward, the store's backward and the store's fused step of any
 //! family, with or without AMP.
 
-use cistern_client::{Tape, Tensor};
+use std::ops::Range;
+
+use cistern_client::{AutodiffError, BackendError, ComputeClient, DeviceParamStore, Tape, Tensor};
 use cistern_optim::{GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig};
+use cistern_parallel::{Replica, Shard};
+use cistern_runtime::Activation;
 
 use super::args::StepPath;
 use super::failure::Failure;
@@ -19,6 +23,9 @@ enum Step {
     /// The tape's forward over resident leaves, `store.backward`, then the
     /// store's step of `config`; with a scaler, its synchronising AMP step.
     Tape(OptimizerConfig, Option<GradScaler>),
+    /// The tape step on every replica of a group, each on its shard of the
+    /// batch, the gradients averaged across the group before the step.
+    Group(OptimizerConfig, Option<GradScaler>),
 }
 
 /// Trains a [`StoreModel`] in place.
@@ -38,23 +45,21 @@ impl Trainer {
         path: StepPath,
         amp: bool,
     ) -> Result<Self, Failure> {
+        let scaler = || match amp {
+            true => GradScaler::new(GradScalerConfig::default())
+                .map(Some)
+                .map_err(|e| Failure::Usage(format!("--amp: {e}"))),
+            false => Ok(None),
+        };
         let step = match (path, config) {
+            (_, config) if model.is_group() => Step::Group(config, scaler()?),
             (StepPath::Chain, OptimizerConfig::Sgd(sgd)) if !amp => Step::Chain(sgd),
             (StepPath::Chain, _) => {
                 return Err(Failure::Usage(
                     "--step chain runs SGD without --amp only: use --step tape".into(),
                 ));
             }
-            (StepPath::Tape, config) => {
-                let scaler = match amp {
-                    true => Some(
-                        GradScaler::new(GradScalerConfig::default())
-                            .map_err(|e| Failure::Usage(format!("--amp: {e}")))?,
-                    ),
-                    false => None,
-                };
-                Step::Tape(config, scaler)
-            }
+            (StepPath::Tape, config) => Step::Tape(config, scaler()?),
         };
         Ok(Trainer {
             model,
@@ -71,6 +76,12 @@ impl Trainer {
             Step::Tape(config, scaler) => {
                 let (loss, skipped) =
                     tape_step(&mut self.model, features, targets, config, scaler)?;
+                self.skipped += u64::from(skipped);
+                Ok(loss)
+            }
+            Step::Group(config, scaler) => {
+                let (loss, skipped) =
+                    group_step(&mut self.model, features, targets, config, scaler)?;
                 self.skipped += u64::from(skipped);
                 Ok(loss)
             }
@@ -93,6 +104,8 @@ impl Trainer {
             Step::Chain(_) => "device-chain",
             Step::Tape(_, None) => "tape",
             Step::Tape(_, Some(_)) => "tape-amp",
+            Step::Group(_, None) => "group",
+            Step::Group(_, Some(_)) => "group-amp",
         }
     }
 }
@@ -106,7 +119,7 @@ fn chain_step(
     let tape = Tape::new(model.client());
     let leaves = model.store().snapshot_resident_params(&tape)?;
     let chain = model.chain(&leaves);
-    let store = model.store_mut();
+    let store = model.store_mut()?;
     let loss = store.train_step_device_chain(&chain, features, targets, config)?;
     Ok(store.read_train_step_loss(&loss)?)
 }
@@ -119,45 +132,105 @@ fn tape_step(
     config: &OptimizerConfig,
     scaler: &mut Option<GradScaler>,
 ) -> Result<(f32, bool), Failure> {
-    let tape = Tape::new(model.client());
-    let activations: Vec<_> = (0..model.layout.widths.len() - 1)
-        .map(|index| model.activation(index))
-        .collect();
-    let store = model.store_mut();
+    let activations = activations(model);
+    let client = model.client().clone();
+    let store = model.store_mut()?;
+    let scale = scaler.as_ref().map(GradScaler::scale);
+    let loss = forward_backward(store, &client, &activations, features, targets, scale)?;
+    let skipped = match scaler {
+        None => {
+            store.step_staged(config)?;
+            false
+        }
+        Some(scaler) => store.step_staged_amp(config, scaler)?,
+    };
+    Ok((loss, skipped))
+}
+
+/// One step of the model's replica group: each replica's forward and
+/// backward on its shard of the batch; the loss over the whole batch and
+/// whether AMP skipped the step.
+fn group_step(
+    model: &mut StoreModel,
+    features: &Tensor<f32>,
+    targets: &Tensor<f32>,
+    config: &OptimizerConfig,
+    scaler: &mut Option<GradScaler>,
+) -> Result<(f32, bool), Failure> {
+    let activations = activations(model);
+    let group = model
+        .group_mut()
+        .ok_or_else(|| Failure::Usage("a group step needs a replica group".into()))?;
+    let scale = scaler.as_ref().map(GradScaler::scale);
+    let work = |replica: &mut Replica| {
+        let rows = shard(features.shape()[0], replica.index(), replica.count());
+        let (x, y) = (rows_of(features, &rows)?, rows_of(targets, &rows)?);
+        let client = replica.client().clone();
+        let loss = forward_backward(replica.store_mut(), &client, &activations, &x, &y, scale)
+            .map_err(to_backend)?;
+        Ok(Shard {
+            loss,
+            examples: rows.len(),
+        })
+    };
+    let report = match scaler {
+        None => group.step(config, work)?,
+        Some(scaler) => group.step_amp(config, scaler, work)?,
+    };
+    Ok((report.loss as f32, report.skipped))
+}
+
+/// The forward over the store's resident parameters, the MSE and the
+/// store's backward (of the loss times `scale`, for AMP): the gradients
+/// are staged in the store. Returns the loss.
+fn forward_backward(
+    store: &mut DeviceParamStore,
+    client: &ComputeClient,
+    activations: &[Activation],
+    features: &Tensor<f32>,
+    targets: &Tensor<f32>,
+    scale: Option<f32>,
+) -> Result<f32, AutodiffError> {
+    let tape = Tape::new(client);
     let leaves = store.register_resident_params(&tape)?;
     let mut h = tape.upload(features)?;
     let target = tape.upload(targets)?;
-    for (pair, activation) in leaves.chunks(2).zip(activations) {
+    for (pair, &activation) in leaves.chunks(2).zip(activations) {
         h = store.linear_forward_with_activation(&tape, &h, &pair[0], pair.get(1), activation)?;
     }
     let loss = tape.mse_loss(&h, &target)?;
-    let skipped = match scaler {
-        None => {
-            let gradients = store.backward(&tape, &loss)?;
-            match config {
-                OptimizerConfig::Sgd(c) => store.step(&gradients, c)?,
-                OptimizerConfig::Adam(c) => store.step_adam(&gradients, c)?,
-                OptimizerConfig::AdamW(c) => store.step_adamw(&gradients, c)?,
-                OptimizerConfig::RmsProp(c) => store.step_rmsprop(&gradients, c)?,
-                OptimizerConfig::Adagrad(c) => store.step_adagrad(&gradients, c)?,
-                OptimizerConfig::Lamb(c) => store.step_lamb(&gradients, c)?,
-            }
-            false
-        }
-        Some(scaler) => {
-            let scaled = tape.scale_loss(&loss, scaler)?;
-            let gradients = store.backward(&tape, &scaled)?;
-            match config {
-                OptimizerConfig::Sgd(c) => store.step_amp(&gradients, c, scaler)?,
-                OptimizerConfig::Adam(c) => store.step_adam_amp(&gradients, c, scaler)?,
-                OptimizerConfig::AdamW(c) => store.step_adamw_amp(&gradients, c, scaler)?,
-                _ => {
-                    return Err(Failure::Usage(
-                        "--amp works with --optimizer sgd, adam or adamw".into(),
-                    ));
-                }
-            }
-        }
+    match scale {
+        None => store.backward(&tape, &loss)?,
+        Some(scale) => store.backward(&tape, &tape.scale(&loss, scale)?)?,
     };
-    Ok((loss.item()?, skipped))
+    loss.item()
+}
+
+/// Each layer's activation, in order.
+fn activations(model: &StoreModel) -> Vec<Activation> {
+    (0..model.layout.widths.len() - 1)
+        .map(|index| model.activation(index))
+        .collect()
+}
+
+/// The rows of replica `index` of `count` in a batch of `rows`.
+fn shard(rows: usize, index: usize, count: usize) -> Range<usize> {
+    rows * index / count..rows * (index + 1) / count
+}
+
+/// The rows `rows` of a row-major matrix.
+fn rows_of(matrix: &Tensor<f32>, rows: &Range<usize>) -> Result<Tensor<f32>, BackendError> {
+    let width = matrix.shape().get(1).copied().unwrap_or(1);
+    let data = matrix
+        .data()
+        .get(rows.start * width..rows.end * width)
+        .ok_or_else(|| BackendError::InvalidArgument("a shard past the batch".into()))?;
+    Ok(Tensor::new([rows.len(), width], data.to_vec())?)
+}
+
+fn to_backend(error: AutodiffError) -> BackendError {
+    match error {
+        AutodiffError::Backend(error) => error,
+        other => BackendError::InvalidArgument(other.to_string()),
+    }
 }
