@@ -84,6 +84,23 @@ pub enum BenchCommand {
         #[arg(long = "shape")]
         shapes: Vec<crate::bench::gemm::Shape>,
     },
+    /// The replica group's all-reduce, 1 KiB to 256 MiB, against its engine
+    /// called directly (`MPI_Allreduce`; in one process a bare sum).
+    Allreduce {
+        /// `in-process`, or `mpi` (under `mpirun -np N`, a `--features mpi` build).
+        #[arg(long, value_enum, default_value = "in-process")]
+        engine: crate::bench::parallel::EngineName,
+        /// The largest buffer, in bytes (sizes go by fours from 1 KiB).
+        #[arg(long, default_value_t = 1 << 28)]
+        max_bytes: usize,
+    },
+    /// Weak scaling of the bench MLP (batch 256 per replica, Adam, one core
+    /// each): a group of two against one replica alone.
+    DataParallel {
+        /// `in-process`, or `mpi` (under `mpirun -np 2`, a `--features mpi` build).
+        #[arg(long, value_enum, default_value = "in-process")]
+        engine: crate::bench::parallel::EngineName,
+    },
     /// An MLP step's forward + backward on the tape against its replayed kernels.
     Tape,
     /// A whole training step.
@@ -131,6 +148,10 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             shapes,
         } => crate::devices::choose(&device)
             .and_then(|device| crate::bench::gemm::run(device, samples, &shapes)),
+        BenchCommand::Allreduce { engine, max_bytes } => {
+            crate::bench::parallel::allreduce(engine, max_bytes)
+        }
+        BenchCommand::DataParallel { engine } => crate::bench::parallel::data_parallel(engine),
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
     }

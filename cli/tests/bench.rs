@@ -138,3 +138,36 @@ fn assert_positive(line: &Value, fields: &[&str]) {
         );
     }
 }
+
+#[test]
+fn bench_allreduce_prints_a_line_per_size_with_its_direct_reference() {
+    let output = cistern(&["bench", "allreduce", "--max-bytes", "16384"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let sizes: Vec<u64> = lines.iter().filter_map(|l| l["bytes"].as_u64()).collect();
+    assert_eq!(sizes, vec![1024, 4096, 16384], "{stdout}");
+    for line in &lines {
+        assert_eq!(line["bench"], "allreduce");
+        assert_eq!(line["engine"], "in-process");
+        assert!(line["reductions"].as_u64().unwrap_or(0) >= 5, "{line}");
+        assert!(
+            line["vs_direct"].as_f64().is_some_and(f64::is_finite),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn bench_allreduce_over_mpi_outside_an_mpi_build_or_launch_is_a_clear_error() {
+    let output = cistern(&["bench", "allreduce", "--engine", "mpi"]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("mpirun"),
+        "{}",
+        text(&output.stderr)
+    );
+}

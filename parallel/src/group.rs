@@ -297,26 +297,10 @@ impl ReplicaGroup {
     where
         F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
     {
-        if let [only] = self.replicas.as_mut_slice() {
-            return vec![work(only)];
-        }
-        std::thread::scope(|scope| {
-            let running: Vec<_> = self
-                .replicas
-                .iter_mut()
-                .map(|replica| scope.spawn(move || work(replica)))
-                .collect();
-            running
-                .into_iter()
-                .map(|thread| {
-                    thread.join().unwrap_or_else(|_| {
-                        Err(BackendError::InvalidArgument(
-                            "the step's work panicked on this replica".into(),
-                        ))
-                    })
-                })
-                .collect()
-        })
+        on_each(self.replicas.iter_mut().collect(), work)
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or_else(|| Err(panicked("its step's work"))))
+            .collect()
     }
 
     /// The mean gradient over the global batch of `total` examples: each
@@ -331,30 +315,27 @@ impl ReplicaGroup {
         total: usize,
     ) -> Result<Vec<f32>, GroupError> {
         let mut reduced = vec![0.0f32; self.numel];
-        let mut buffers: Vec<Vec<f32>> = vec![Vec::new(); self.replicas.len()];
         for bucket in self.buckets.clone() {
-            for ((replica, outcome), buffer) in self
-                .replicas
-                .iter()
-                .zip(outcomes.iter_mut())
-                .zip(&mut buffers)
-            {
-                *buffer = match outcome {
-                    Ok(shard) => match replica.store.read_staged(bucket.clone()) {
-                        Ok(mut values) => {
-                            let weight = shard.examples as f32 / total.max(1) as f32;
-                            if weight != 1.0 {
-                                values.iter_mut().for_each(|value| *value *= weight);
-                            }
-                            values
-                        }
-                        Err(error) => {
-                            *outcome = Err(error);
-                            vec![0.0; bucket.len()]
-                        }
-                    },
-                    Err(_) => vec![0.0; bucket.len()],
+            let shards: Vec<Option<Shard>> =
+                outcomes.iter().map(|o| o.as_ref().ok().copied()).collect();
+            let pairs: Vec<_> = self.replicas.iter_mut().zip(shards).collect();
+            let read = on_each(pairs, |(replica, shard)| {
+                weighted_bucket(replica, shard, &bucket, total)
+            });
+            let mut buffers = Vec::with_capacity(read.len());
+            for (outcome, read) in outcomes.iter_mut().zip(read) {
+                let failed = match read {
+                    Some(Ok(values)) => {
+                        buffers.push(values);
+                        continue;
+                    }
+                    Some(Err(error)) => error,
+                    None => panicked("its bucket's read"),
                 };
+                if outcome.is_ok() {
+                    *outcome = Err(failed);
+                }
+                buffers.push(vec![0.0; bucket.len()]);
             }
             self.engine.all_reduce_sum(&mut buffers)?;
             reduced[bucket].copy_from_slice(&buffers[0]);
@@ -416,29 +397,32 @@ impl ReplicaGroup {
         scaler: Option<&mut GradScaler>,
         mean: &[f32],
     ) -> Result<bool, GroupError> {
-        let mut decisions = Vec::with_capacity(self.replicas.len());
-        let mut updated = None;
-        for index in 0..self.replicas.len() {
-            let replica = &mut self.replicas[index];
-            let global = replica.index;
-            let stepped = match replica.store.write_staged(0, mean) {
-                Err(error) => Err(error),
-                Ok(()) => match &scaler {
+        let template = scaler.as_deref().cloned();
+        let stepped = on_each(self.replicas.iter_mut().collect(), |replica| {
+            let mut own = template.clone();
+            let skipped = replica
+                .store
+                .write_staged(0, mean)
+                .and_then(|()| match &mut own {
                     None => replica.store.step_staged(config).map(|()| false),
-                    Some(scaler) => {
-                        let mut own = (*scaler).clone();
-                        let skipped = replica
-                            .store
-                            .step_staged_amp(config, &mut own)
-                            .map_err(autodiff_to_backend);
-                        updated.get_or_insert(own);
-                        skipped
-                    }
-                },
-            };
-            match stepped {
+                    Some(own) => replica
+                        .store
+                        .step_staged_amp(config, own)
+                        .map_err(autodiff_to_backend),
+                });
+            (replica.index, skipped, own)
+        });
+        let mut decisions = Vec::with_capacity(stepped.len());
+        let mut updated = None;
+        for (local, outcome) in stepped.into_iter().enumerate() {
+            let (global, skipped, own) =
+                outcome.unwrap_or_else(|| (local, Err(panicked("its step")), None));
+            match skipped {
                 Ok(skipped) => decisions.push(skipped),
                 Err(error) => return Err(self.end_with(global, error)),
+            }
+            if updated.is_none() {
+                updated = own;
             }
         }
         if let (Some(scaler), Some(own)) = (scaler, updated) {
@@ -467,6 +451,48 @@ impl ReplicaGroup {
         self.ended = Some(error.to_string());
         error
     }
+}
+
+/// `f` on each item, on a thread per item when there are several; `None`
+/// for an item whose `f` panicked.
+fn on_each<A: Send, T: Send>(items: Vec<A>, f: impl Fn(A) -> T + Sync) -> Vec<Option<T>> {
+    if items.len() <= 1 {
+        return items.into_iter().map(|item| Some(f(item))).collect();
+    }
+    std::thread::scope(|scope| {
+        let f = &f;
+        let running: Vec<_> = items
+            .into_iter()
+            .map(|item| scope.spawn(move || f(item)))
+            .collect();
+        running
+            .into_iter()
+            .map(|thread| thread.join().ok())
+            .collect()
+    })
+}
+
+/// A replica's share of `bucket`: its staged gradients times its share of
+/// the `total` examples; zeros for a replica that already failed.
+fn weighted_bucket(
+    replica: &mut Replica,
+    shard: Option<Shard>,
+    bucket: &Range<usize>,
+    total: usize,
+) -> Result<Vec<f32>, BackendError> {
+    let Some(shard) = shard else {
+        return Ok(vec![0.0; bucket.len()]);
+    };
+    let mut values = replica.store.read_staged(bucket.clone())?;
+    let weight = shard.examples as f32 / total.max(1) as f32;
+    if weight != 1.0 {
+        values.iter_mut().for_each(|value| *value *= weight);
+    }
+    Ok(values)
+}
+
+fn panicked(what: &str) -> BackendError {
+    BackendError::InvalidArgument(format!("{what} panicked on this replica"))
 }
 
 /// The vote's sums.

@@ -9,6 +9,7 @@ mod cublas;
 pub mod gemm;
 pub mod optim;
 pub mod optim_store;
+pub mod parallel;
 pub mod peak;
 pub mod roundtrip;
 pub mod tape;

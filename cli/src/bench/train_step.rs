@@ -21,8 +21,8 @@ use cistern_runtime::{Activation, Device, DeviceOptions};
 use super::optim::{median, print_line};
 use super::tape::{round, tensor};
 
-const BATCH: usize = 256;
-const LAYERS: [usize; 4] = [784, 1024, 1024, 10];
+pub(super) const BATCH: usize = 256;
+pub(super) const LAYERS: [usize; 4] = [784, 1024, 1024, 10];
 const WARMUP: usize = 3;
 const SAMPLES: usize = 15;
 
@@ -190,7 +190,7 @@ fn adam_step(
     Ok((value, tape))
 }
 
-fn activation(index: usize) -> Activation {
+pub(super) fn activation(index: usize) -> Activation {
     if index + 2 < LAYERS.len() {
         Activation::Relu
     } else {
@@ -199,7 +199,7 @@ fn activation(index: usize) -> Activation {
 }
 
 /// The MLP's parameters (weight, bias per layer), uniform in ±1/√fan_in.
-fn parameters(rng: &mut SplitMix64) -> Result<Vec<Tensor<f32>>, String> {
+pub(super) fn parameters(rng: &mut SplitMix64) -> Result<Vec<Tensor<f32>>, String> {
     let mut params = Vec::new();
     for pair in LAYERS.windows(2) {
         let bound = 1.0 / (pair[0] as f32).sqrt();
