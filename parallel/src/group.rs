@@ -231,7 +231,7 @@ impl ReplicaGroup {
         let mut local = Vec::with_capacity(self.replicas.len());
         let mut failed = None;
         for replica in &self.replicas {
-            match replica.store.sync_to_host() {
+            match retry_transfer(|| replica.store.sync_to_host()) {
                 Ok(tensors) => {
                     let values: Vec<f32> =
                         tensors.into_iter().flat_map(Tensor::into_data).collect();
@@ -255,13 +255,10 @@ impl ReplicaGroup {
     pub fn parameters(&self) -> Result<Vec<Tensor<f32>>, GroupError> {
         self.refuse_if_ended()?;
         let replica = &self.replicas[0];
-        replica
-            .store
-            .sync_to_host()
-            .map_err(|error| GroupError::Replica {
-                replica: replica.index,
-                error,
-            })
+        retry_transfer(|| replica.store.sync_to_host()).map_err(|error| GroupError::Replica {
+            replica: replica.index,
+            error,
+        })
     }
 
     fn run<F>(
@@ -280,9 +277,11 @@ impl ReplicaGroup {
         let mut outcomes = self.backward(&work);
         let examples = self.vote(&outcomes)?;
         let reduced = self.reduce(&mut outcomes, examples.total)?;
-        // A replica that failed to give a bucket fails the step everywhere.
+        self.write(&mut outcomes, &reduced);
+        // A replica that failed to give a bucket or take the mean fails the
+        // step everywhere, before any replica steps.
         self.vote(&outcomes)?;
-        let skipped = self.apply(config, scaler, &reduced)?;
+        let skipped = self.apply(config, scaler)?;
         self.steps += u64::from(!skipped);
         Ok(StepReport {
             loss: examples.loss / examples.total.max(1) as f64,
@@ -388,28 +387,53 @@ impl ReplicaGroup {
         Err(error)
     }
 
-    /// Writes the mean gradient to every replica and steps it. With a
-    /// scaler, every replica decides the same skip (they step from the
-    /// same bits); the scaler takes the first replica's update.
+    /// Writes the mean gradient into every healthy replica's staged
+    /// gradients and waits until its device ran all of the step's work so
+    /// far (its store's stream and its default stream, the tape's): a
+    /// fault anywhere in it fails the replica's outcome before the vote.
+    fn write(&mut self, outcomes: &mut [Result<Shard, BackendError>], mean: &[f32]) {
+        let pairs: Vec<_> = self.replicas.iter_mut().zip(outcomes.iter()).collect();
+        let written = on_each(pairs, |(replica, outcome)| match outcome {
+            Ok(_) => {
+                retry_transfer(|| replica.store.write_staged(0, mean))?;
+                replica.store.wait_device()?;
+                let stream = replica.client.default_stream();
+                replica.client.sync(stream).map_err(BackendError::from)
+            }
+            Err(_) => Ok(()),
+        });
+        for (outcome, written) in outcomes.iter_mut().zip(written) {
+            let failed = match written {
+                Some(Ok(())) => continue,
+                Some(Err(error)) => error,
+                None => panicked("its write of the mean"),
+            };
+            if outcome.is_ok() {
+                *outcome = Err(failed);
+            }
+        }
+    }
+
+    /// Steps every replica from the mean gradient it holds. With a scaler,
+    /// every replica decides the same skip (they step from the same bits);
+    /// the scaler takes the first replica's update. A replica that cannot
+    /// queue its step ends the group: the others may have stepped, and the
+    /// group refuses from then on.
     fn apply(
         &mut self,
         config: &OptimizerConfig,
         scaler: Option<&mut GradScaler>,
-        mean: &[f32],
     ) -> Result<bool, GroupError> {
         let template = scaler.as_deref().cloned();
         let stepped = on_each(self.replicas.iter_mut().collect(), |replica| {
             let mut own = template.clone();
-            let skipped = replica
-                .store
-                .write_staged(0, mean)
-                .and_then(|()| match &mut own {
-                    None => replica.store.step_staged(config).map(|()| false),
-                    Some(own) => replica
-                        .store
-                        .step_staged_amp(config, own)
-                        .map_err(autodiff_to_backend),
-                });
+            let skipped = match &mut own {
+                None => replica.store.step_staged(config).map(|()| false),
+                Some(own) => replica
+                    .store
+                    .step_staged_amp(config, own)
+                    .map_err(autodiff_to_backend),
+            };
             (replica.index, skipped, own)
         });
         let mut decisions = Vec::with_capacity(stepped.len());
@@ -483,12 +507,23 @@ fn weighted_bucket(
     let Some(shard) = shard else {
         return Ok(vec![0.0; bucket.len()]);
     };
-    let mut values = replica.store.read_staged(bucket.clone())?;
+    let mut values = retry_transfer(|| replica.store.read_staged(bucket.clone()))?;
     let weight = shard.examples as f32 / total.max(1) as f32;
     if weight != 1.0 {
         values.iter_mut().for_each(|value| *value *= weight);
     }
     Ok(values)
+}
+
+/// `transfer`, once more after a failed transfer (operation-local:
+/// nothing else changed).
+fn retry_transfer<T>(
+    mut transfer: impl FnMut() -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    match transfer() {
+        Err(BackendError::TransferFailed(_)) => transfer(),
+        answer => answer,
+    }
 }
 
 fn panicked(what: &str) -> BackendError {
