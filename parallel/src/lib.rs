@@ -4,7 +4,8 @@
 //! A [`ReplicaGroup`] holds one `DeviceParamStore` per device of this
 //! process; a [`Collective`] engine joins it with the other processes:
 //! [`InProcess`] for a group in one process, `Mpi` (feature `mpi`) for one
-//! process per rank under `mpirun`. `docs/parallel.md` has the design.
+//! process per rank under `mpirun`, `nccl::Nccl` (feature `nccl`) for CUDA
+//! GPUs. `docs/parallel.md` has the design.
 
 pub mod buckets;
 mod collective;
@@ -13,6 +14,8 @@ mod error;
 mod group;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 pub use collective::{Collective, CollectiveError, InProcess};
 pub use error::GroupError;
