@@ -8,7 +8,7 @@ use cistern_optim::{GradScaler, OptimizerConfig};
 
 use super::step::GradientSource;
 use super::store::DeviceParamStore;
-use crate::compute::{bytes_f32, f32_bytes};
+use crate::compute::bytes_f32;
 use crate::error::{AutodiffError, BackendError};
 
 impl DeviceParamStore {
@@ -45,9 +45,12 @@ impl DeviceParamStore {
         let floats = start..start.saturating_add(values.len());
         self.check_staged_range(&floats)?;
         let (offset, _) = byte_span(&floats);
-        let written =
-            self.client
-                .write_on(self.stream.id, &self.staging, offset, &f32_bytes(values));
+        let written = self.client.write_on(
+            self.stream.id,
+            &self.staging,
+            offset,
+            bytemuck::cast_slice(values),
+        );
         written.map_err(|error| self.state.fail(BackendError::from(error)))
     }
 
