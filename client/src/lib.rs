@@ -25,6 +25,7 @@ pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
 pub use store::{
-    ChainLayer, DeviceAmpState, DeviceParamStore, ResidentInput, ResidentLeaf, TrainStepLoss,
+    ChainLayer, DeviceAmpState, DeviceParamStore, OptimizerCheckpoint, ResidentInput, ResidentLeaf,
+    StoreCheckpoint, TrainStepLoss,
 };
 pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};

@@ -7,6 +7,7 @@ mod store {
     mod amp_device;
     mod chain;
     mod chain_step;
+    mod checkpoint;
     mod checks;
     mod common;
     mod contracts;

@@ -139,6 +139,12 @@ struct Snapshot {
 }
 
 impl StepState {
+    /// A restored store's optimizer run (`checkpoint.rs`), before any step
+    /// of its own.
+    pub(super) fn restore_optimizer(&mut self, run: OptimizerRun) {
+        self.optimizer = Some(run);
+    }
+
     /// Whether a device failure latched the store.
     pub(super) fn is_poisoned(&self) -> bool {
         self.poisoned.load(Ordering::Acquire)
