@@ -16,6 +16,7 @@ mod store;
 mod tape;
 
 pub use cistern_memory::ErrorCode;
+pub use cistern_runtime::Reduction;
 pub use codec::CodecError;
 pub use compact::{COMPACT_LAYOUT, CompactReport};
 pub use compute::{
@@ -27,4 +28,7 @@ pub use shape::ShapeError;
 pub use store::{
     ChainLayer, DeviceAmpState, DeviceParamStore, ResidentInput, ResidentLeaf, TrainStepLoss,
 };
-pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};
+pub use tape::{
+    BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,
+    Tape, TapeId, Tensor, Var,
+};

@@ -293,14 +293,16 @@ fn row_loss(spec: &ClassLossSpec, x: &[f32], target: i32, weights: Option<&[f32]
         },
         ClassInput::Logits => {
             let (max, log_sum) = row_log_sum_exp(x);
-            let lse = f64::from(max) + f64::from(log_sum);
-            let nll = weight * (lse - f64::from(x[class]));
+            // −log p = log_sum − (x − max): shifted first, as PyTorch's
+            // log_softmax, so two maxima of 1e30 still give ln 2.
+            let minus_log_p = |v: f32| f64::from(log_sum) - f64::from(v - max);
+            let nll = weight * minus_log_p(x[class]);
             let eps = f64::from(spec.label_smoothing);
             let loss = if eps == 0.0 {
                 nll
             } else {
                 let smooth: f64 = (x.iter().enumerate())
-                    .map(|(c, &v)| class_weight(weights, c) * (lse - f64::from(v)))
+                    .map(|(c, &v)| class_weight(weights, c) * minus_log_p(v))
                     .sum();
                 (1.0 - eps) * nll + eps / spec.classes as f64 * smooth
             };
@@ -310,7 +312,7 @@ fn row_loss(spec: &ClassLossSpec, x: &[f32], target: i32, weights: Option<&[f32]
 }
 
 /// The class loss of `spec` into `out` (`spec.outputs()` elements): per
-/// row, `(1−ε)·w[t]·(lse − x[t]) + ε/C·Σ_c w[c]·(lse − x[c])` for logits,
+/// row, `(1−ε)·w[t]·(−log p[t]) + ε/C·Σ_c w[c]·(−log p[c])` for logits,
 /// `−w[t]·x[t]` for log-probabilities; the mean divides the sum by the
 /// weights of the targets not ignored (NaN when every row is ignored, as
 /// PyTorch).

@@ -25,7 +25,7 @@ pub mod testing;
 
 pub use cistern_kernels::{
     Activation, ClassInput, ClassLossSpec, GemmSpec, MapOp, MapScalars, Reduction, ScaleRule,
-    Segment,
+    Segment, check_targets,
 };
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,

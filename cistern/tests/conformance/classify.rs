@@ -268,35 +268,63 @@ pub fn every_cross_entropy_option_matches_the_f64_reference_and_finite_differenc
 
 pub fn extreme_and_equal_logits_give_finite_correct_cross_entropy(device: Device) {
     let client = open(device);
-    let x = [1e30, -1e30, 0.0, 2.0, 2.0, 2.0, -1e30, 1e30, -1e30];
-    let targets = [0, 2, 1];
+    // Rows: one maximum of 1e30; equal logits; two maxima of 1e30 (ln 2,
+    // which an unshifted log-sum-exp of 1e30 + ln 2 would round away).
+    let x = [
+        1e30, -1e30, 0.0, 2.0, 2.0, 2.0, -1e30, 1e30, -1e30, 1e30, 1e30, -1e30,
+    ];
+    let targets = [0, 2, 1, 1];
     let spec = ClassLossSpec {
         reduction: Reduction::None,
-        ..ClassLossSpec::cross_entropy(3, 3)
+        ..ClassLossSpec::cross_entropy(4, 3)
     };
-    let (loss, grad) = device_class_loss(&client, &spec, &x, &targets, None, &[1.0; 3]);
+    let (loss, grad) = device_class_loss(&client, &spec, &x, &targets, None, &[1.0; 4]);
     let third = 1.0 / 3.0;
-    assert_near(&loss, &[0.0, 3f64.ln(), 0.0], TOLERANCE, "losses");
-    let want = [0.0, 0.0, 0.0, third, third, third - 1.0, 0.0, 0.0, 0.0];
+    let ln2 = 2f64.ln();
+    assert_near(&loss, &[0.0, 3f64.ln(), 0.0, ln2], TOLERANCE, "losses");
+    let want = [
+        0.0,
+        0.0,
+        0.0,
+        third,
+        third,
+        third - 1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.5,
+        -0.5,
+        0.0,
+    ];
     assert_near(&grad, &want, TOLERANCE, "gradient");
-    let mut y = zeros(&client, 9);
-    run(
-        &client,
-        KernelLaunch::softmax(upload(&client, &x).whole(), 3, 3, true, y.whole()),
-    );
-    let log_probs = download(&client, &y);
-    assert!(log_probs.iter().all(|v| v.is_finite()), "{log_probs:?}");
-    y = zeros(&client, 9);
-    run(
-        &client,
-        KernelLaunch::softmax(upload(&client, &x).whole(), 3, 3, false, y.whole()),
-    );
-    assert_near(
-        &download(&client, &y),
-        &[1.0, 0.0, 0.0, third, third, third, 0.0, 1.0, 0.0],
-        TOLERANCE,
-        "softmax",
-    );
+    for log in [true, false] {
+        let y = zeros(&client, 12);
+        run(
+            &client,
+            KernelLaunch::softmax(upload(&client, &x).whole(), 4, 3, log, y.whole()),
+        );
+        let got = download(&client, &y);
+        let probabilities = [
+            1.0, 0.0, 0.0, third, third, third, 0.0, 1.0, 0.0, 0.5, 0.5, 0.0,
+        ];
+        if log {
+            let finite: Vec<f64> = probabilities
+                .iter()
+                .map(|p: &f64| p.ln().max(-3e30))
+                .collect();
+            let near: Vec<usize> = (0..12).filter(|&i| probabilities[i] > 0.0).collect();
+            for i in near {
+                assert!(
+                    (f64::from(got[i]) - finite[i]).abs() < 1e-6,
+                    "log_softmax {i}: {}",
+                    got[i]
+                );
+            }
+            assert!(got.iter().all(|v| v.is_finite()), "{got:?}");
+        } else {
+            assert_near(&got, &probabilities, TOLERANCE, "softmax");
+        }
+    }
 }
 
 pub fn a_large_batch_matches_the_f64_reference(device: Device) {

@@ -74,13 +74,13 @@ __device__ double cistern_row_class_loss(
     if (log_probs) { return -w * (double)x[cls]; }
     float m, log_sum;
     cistern_row_lse(x, classes, &m, &log_sum);
-    double lse = (double)m + (double)log_sum;
-    double nll = w * (lse - (double)x[cls]);
+    // -log p = log_sum - (x - max): shifted first, as PyTorch.
+    double nll = w * ((double)log_sum - (double)(x[cls] - m));
     double eps = (double)smoothing;
     if (eps == 0.0) { return nll; }
     double smooth = 0.0;
     for (u64 c = 0; c < classes; ++c) {
-        smooth += cistern_class_weight(weight, c) * (lse - (double)x[c]);
+        smooth += cistern_class_weight(weight, c) * ((double)log_sum - (double)(x[c] - m));
     }
     return (1.0 - eps) * nll + eps / (double)classes * smooth;
 }

@@ -82,13 +82,13 @@ fn row_class_loss(r: u32) -> RowLoss {
     let w = class_weight(t);
     if (class_flag(2u)) { return RowLoss(-w * b1[start + t], w); }
     let lse = row_lse(start, n);
-    let l = lse.max + lse.log_sum;
-    let nll = w * (l - b1[start + t]);
+    // −log p = log_sum − (x − max): shifted first, as PyTorch.
+    let nll = w * (lse.log_sum - (b1[start + t] - lse.max));
     let eps = pf(0u);
     if (eps == 0.0) { return RowLoss(nll, w); }
     var smoothed = Kahan(0.0, 0.0);
     for (var c = 0u; c < n; c = c + 1u) {
-        smoothed = kahan_add(smoothed, class_weight(c) * (l - b1[start + c]));
+        smoothed = kahan_add(smoothed, class_weight(c) * (lse.log_sum - (b1[start + c] - lse.max)));
     }
     return RowLoss((1.0 - eps) * nll + eps / f32(n) * smoothed.sum, w);
 }
