@@ -26,7 +26,8 @@ pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
 pub use store::{
-    ChainLayer, DeviceAmpState, DeviceParamStore, ResidentInput, ResidentLeaf, TrainStepLoss,
+    ChainLayer, ChainLoss, DeviceAmpState, DeviceParamStore, ResidentInput, ResidentLeaf,
+    TrainStepLoss, argmax_rows,
 };
 pub use tape::{
     BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,

@@ -51,10 +51,7 @@ fn weighted<'t>(tape: &'t Tape, loss: &Var<'t>, upstream: &[f32]) -> Var<'t> {
     if loss.len() == 1 && loss.shape().is_empty() {
         return ok(tape.scale(loss, upstream[0]), "scale");
     }
-    let u = ok(
-        Tensor::new([upstream.len()], upstream.to_vec()),
-        "upstream",
-    );
+    let u = ok(Tensor::new([upstream.len()], upstream.to_vec()), "upstream");
     let u = ok(tape.upload(&u), "upload");
     ok(tape.sum(&ok(tape.mul(loss, &u), "mul")), "sum")
 }
