@@ -131,6 +131,7 @@ conformance_tests! {
     classify::an_out_of_range_target_is_never_read_through_on_the_device,
     classify::binary_cross_entropy_with_logits_matches_the_f64_reference_and_finite_differences,
     classify::a_class_loss_with_bad_arguments_is_refused_before_it_runs,
+    classify::the_device_chains_cross_entropy_step_matches_the_cpus,
 }
 
 #[test]

@@ -159,9 +159,10 @@ fn row_log_sum_exp(row: &[f32]) -> (f32, f32) {
     (row_kernels().log_sum_exp)(row)
 }
 
-/// `out[c] ← coefficient·exp(x[c] − max − log_sum)`: a row's softmax, scaled.
-fn scaled_softmax(row: &[f32], (max, log_sum): (f32, f32), coefficient: f32, out: &mut [f32]) {
-    (row_kernels().scaled_softmax)(row, max, log_sum, coefficient, out)
+/// `out ← coefficient·softmax(row)`: one exponential per element (written,
+/// summed, then scaled by `coefficient / Σ`).
+fn scaled_softmax(row: &[f32], coefficient: f32, out: &mut [f32]) {
+    (row_kernels().scaled_softmax)(row, coefficient, out)
 }
 
 /// The row loops, compiled for the widest vector unit present: the same
@@ -169,7 +170,7 @@ fn scaled_softmax(row: &[f32], (max, log_sum): (f32, f32), coefficient: f32, out
 /// contracts to FMA), only more lanes at a time.
 struct RowKernels {
     log_sum_exp: fn(&[f32]) -> (f32, f32),
-    scaled_softmax: fn(&[f32], f32, f32, f32, &mut [f32]),
+    scaled_softmax: fn(&[f32], f32, &mut [f32]),
 }
 
 fn row_kernels() -> &'static RowKernels {
@@ -213,13 +214,13 @@ mod wide {
                 unsafe { body(row) }
             }
 
-            pub(super) fn $softmax(row: &[f32], max: f32, log_sum: f32, c: f32, out: &mut [f32]) {
+            pub(super) fn $softmax(row: &[f32], coefficient: f32, out: &mut [f32]) {
                 #[target_feature(enable = $feature)]
-                unsafe fn body(row: &[f32], max: f32, log_sum: f32, c: f32, out: &mut [f32]) {
-                    scaled_softmax_body(row, max, log_sum, c, out)
+                unsafe fn body(row: &[f32], coefficient: f32, out: &mut [f32]) {
+                    scaled_softmax_body(row, coefficient, out)
                 }
                 // SAFETY: chosen only where the CPU has the feature (`row_kernels`).
-                unsafe { body(row, max, log_sum, c, out) }
+                unsafe { body(row, coefficient, out) }
             }
         };
     }
@@ -232,21 +233,11 @@ mod wide {
 /// both vectorise.
 #[inline(always)]
 fn log_sum_exp_body(row: &[f32]) -> (f32, f32) {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let max = row_max(row);
+    let mut sums = [0.0f32; LANES];
     let chunks = row.chunks_exact(LANES);
     let tail = chunks.remainder();
     for chunk in chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane = lane.max(x);
-        }
-    }
-    let max = tail
-        .iter()
-        .chain(&lanes)
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    let mut sums = [0.0f32; LANES];
-    for chunk in row.chunks_exact(LANES) {
         for (sum, &x) in sums.iter_mut().zip(chunk) {
             *sum += exp(x - max);
         }
@@ -255,12 +246,46 @@ fn log_sum_exp_body(row: &[f32]) -> (f32, f32) {
     (max, sum.ln())
 }
 
-/// [`scaled_softmax`]'s loop.
+/// [`scaled_softmax`]'s loops: `exp(x − max)` written and summed in lanes,
+/// then scaled.
 #[inline(always)]
-fn scaled_softmax_body(row: &[f32], max: f32, log_sum: f32, coefficient: f32, out: &mut [f32]) {
-    for (out, &v) in out.iter_mut().zip(row) {
-        *out = coefficient * exp(v - max - log_sum);
+fn scaled_softmax_body(row: &[f32], coefficient: f32, out: &mut [f32]) {
+    let max = row_max(row);
+    let mut sums = [0.0f32; LANES];
+    let mut written = out.chunks_exact_mut(LANES);
+    let mut read = row.chunks_exact(LANES);
+    for (out, chunk) in (&mut written).zip(&mut read) {
+        for ((sum, out), &x) in sums.iter_mut().zip(out.iter_mut()).zip(chunk) {
+            *out = exp(x - max);
+            *sum += *out;
+        }
     }
+    let mut sum = sums.iter().sum::<f32>();
+    for (out, &x) in written.into_remainder().iter_mut().zip(read.remainder()) {
+        *out = exp(x - max);
+        sum += *out;
+    }
+    let scale = coefficient / sum;
+    for out in out.iter_mut() {
+        *out *= scale;
+    }
+}
+
+/// A row's maximum, in lanes (NaN ignored, as `f32::max`).
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(x);
+        }
+    }
+    tail.iter()
+        .chain(&lanes)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max)
 }
 
 /// Lanes of the row loops (one AVX-512 register, two AVX ones).
@@ -327,13 +352,13 @@ pub fn softmax(
     KernelError::check_len("x", size, x.len())?;
     KernelError::check_len("out", size, out.len())?;
     for_rows(x, out, cols, |_, x, y| {
-        let (max, log_sum) = row_log_sum_exp(x);
         if log {
+            let (max, log_sum) = row_log_sum_exp(x);
             for (y, &x) in y.iter_mut().zip(x) {
                 *y = x - max - log_sum;
             }
         } else {
-            scaled_softmax(x, (max, log_sum), 1.0, y);
+            scaled_softmax(x, 1.0, y);
         }
     });
     Ok(())
@@ -555,14 +580,13 @@ fn row_gradient(
             out[class] = (-scale * weight) as f32;
         }
         ClassInput::Logits => {
-            let lse = row_log_sum_exp(x);
             let eps = f64::from(spec.label_smoothing);
             let hard = (1.0 - eps) * weight;
             let soft = eps / spec.classes as f64;
             // s·[(hard + soft·W)·p − hard·onehot − soft·w]: p's coefficient
             // once per row, so the element loop is one multiply of an exp.
             let coefficient = (scale * (hard + soft * total_weight)) as f32;
-            scaled_softmax(x, lse, coefficient, out);
+            scaled_softmax(x, coefficient, out);
             out[class] -= (scale * hard) as f32;
             if soft != 0.0 {
                 for (c, out) in out.iter_mut().enumerate() {

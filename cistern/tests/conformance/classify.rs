@@ -495,3 +495,74 @@ pub fn a_class_loss_with_bad_arguments_is_refused_before_it_runs(device: Device)
     assert_eq!(download(&client, &out), [0.0], "nothing ran");
     assert!(!refused(ClassLossSpec::cross_entropy(2, 3), &out));
 }
+
+/// Five cross-entropy SGD steps through the store's device chain (the
+/// later ones replayed) on `device` give the CPU's losses and parameters.
+pub fn the_device_chains_cross_entropy_step_matches_the_cpus(device: Device) {
+    use cistern::client::{ChainLoss, CrossEntropyOptions, DeviceParamStore, Tape, Tensor};
+    use cistern::optim::SgdConfig;
+    use cistern::runtime::Activation;
+
+    let mut rng = SplitMix64::new(0xC1A5);
+    let mut tensor = |shape: &[usize]| {
+        let data: Vec<f32> = rng.symmetric_f32s(shape.iter().product());
+        ok(Tensor::new(shape.to_vec(), data), "a tensor")
+    };
+    let x = tensor(&[12, 5]);
+    let params = [tensor(&[7, 5]), tensor(&[7]), tensor(&[4, 7]), tensor(&[4])];
+    let labels: Vec<i64> = (0..12).map(|r| [0, 3, 1, 2, -100][r % 5]).collect();
+    let options = CrossEntropyOptions {
+        weight: Some(vec![1.0, 0.5, 2.0, 1.5]),
+        label_smoothing: 0.05,
+        ..Default::default()
+    };
+    let config = SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let train = |device: Device| {
+        let client = open(device);
+        let refs: Vec<&Tensor<f32>> = params.iter().collect();
+        let mut store = ok(DeviceParamStore::new(&Tape::new(&client), &refs), "store");
+        let mut losses = Vec::new();
+        for _ in 0..5 {
+            let tape = Tape::new(&client);
+            let leaves = ok(store.snapshot_resident_params(&tape), "snapshot");
+            let chain = vec![
+                (leaves[0].clone(), Some(leaves[1].clone()), Activation::Tanh),
+                (
+                    leaves[2].clone(),
+                    Some(leaves[3].clone()),
+                    Activation::Identity,
+                ),
+            ];
+            let loss = ChainLoss::CrossEntropy {
+                targets: &labels,
+                options: &options,
+            };
+            let sent = store.train_step_device_chain_with_loss(&chain, &x, loss, &config);
+            losses.push(ok(store.read_train_step_loss(&ok(sent, "step")), "loss"));
+        }
+        let trained: Vec<f32> = ok(store.sync_to_host(), "params")
+            .iter()
+            .flat_map(|t| t.data().to_vec())
+            .collect();
+        (losses, trained)
+    };
+    let (losses, trained) = train(device);
+    let (want_losses, want) = train(Device::Cpu(0));
+    assert_near(
+        &losses,
+        &widen(&want_losses),
+        1e-4,
+        &format!("{device} losses"),
+    );
+    assert_near(
+        &trained,
+        &widen(&want),
+        1e-4,
+        &format!("{device} parameters"),
+    );
+    assert!(losses[4] < losses[0], "{losses:?}");
+}
