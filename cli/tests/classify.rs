@@ -259,3 +259,26 @@ fn other_optimizers_classify_through_the_tape() {
         "{summary}"
     );
 }
+
+#[test]
+fn the_cross_entropy_bench_prints_one_line_with_both_timings() {
+    let output = cistern(&["bench", "cross-entropy", "--samples", "3"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let lines = json_lines(&output);
+    assert_eq!(lines.len(), 1);
+    let line = &lines[0];
+    assert_eq!(line["bench"], "cross_entropy");
+    assert_eq!(
+        (line["rows"].as_u64(), line["classes"].as_u64()),
+        (Some(256), Some(1000))
+    );
+    for field in ["ms", "kernel_ms"] {
+        assert!(
+            line[field].as_f64().is_some_and(|v| v > 0.0),
+            "{field}: {line}"
+        );
+    }
+    // Uniform-ish logits over 1,000 classes: the loss is near ln 1000.
+    let loss = line["loss"].as_f64().unwrap_or(0.0);
+    assert!(loss > 4.0 && loss < 12.0, "{loss}");
+}
