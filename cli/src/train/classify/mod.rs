@@ -261,6 +261,7 @@ fn show_eval(output: &Output, point: &AccuracyPoint, rate: f64) {
             100.0 * point.val_accuracy,
             point.val_log_loss
         )),
+        Output::Silent => {}
     }
 }
 
