@@ -234,4 +234,19 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_classifier_keeps_its_class_names_and_one_output_per_class() {
+        let mut classifier = model();
+        classifier.layout.widths = vec![2, 3, 3];
+        classifier.parameters = classifier.layout.initial_parameters(2);
+        classifier.classes = Some(vec!["cat".into(), "dog".into(), "owl".into()]);
+        let bytes = classifier.encode().expect("encodes");
+        assert_eq!(SavedModel::decode(&bytes), Ok(classifier.clone()));
+        // Two class names for three outputs: inconsistent.
+        classifier.classes = Some(vec!["cat".into(), "dog".into()]);
+        let bytes = classifier.encode().expect("encodes");
+        let error = SavedModel::decode(&bytes).expect_err("two names, three outputs");
+        assert!(error.contains("inconsistent model"), "{error}");
+    }
 }
