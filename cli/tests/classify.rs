@@ -129,6 +129,7 @@ fn breast_cancer_beats_the_majority_class_and_plots_loss_and_accuracy() {
 fn a_csv_classifier_keeps_its_class_names_through_save_and_predict() {
     let data = write_flowers("flowers.csv", 240);
     let model = scratch("flowers.st");
+    let every = scratch("flowers-predicted.csv");
     let output = cistern(&[
         "train",
         "--csv",
@@ -142,12 +143,22 @@ fn a_csv_classifier_keeps_its_class_names_through_save_and_predict() {
         "--steps",
         "300",
         "--json",
+        "--predictions",
+        path(&every),
     ]);
     let summary = summary(&output);
     assert!(
         summary["val_accuracy"].as_f64().unwrap_or(0.0) >= 0.95,
         "{summary}"
     );
+    // --predictions: every row's class name, in input order.
+    let predicted = std::fs::read_to_string(&every).unwrap_or_default();
+    let names: Vec<&str> = predicted.lines().collect();
+    assert_eq!((names.len(), names[0]), (241, "species"));
+    let right = (1..241)
+        .filter(|&row| names[row] == ["setosa", "versicolor", "virginica"][(row - 1) % 3])
+        .count();
+    assert!(right >= 228, "{right} of 240 rows predicted as their class");
     let rows = scratch("new.csv");
     assert!(std::fs::write(&rows, "x2,x1\n0.1,0.0\n-5.0,5.0\n-2.4,2.5\n").is_ok());
     let predicted = cistern(&["predict", "--model", path(&model), "--csv", path(&rows)]);

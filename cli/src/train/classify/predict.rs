@@ -76,7 +76,8 @@ fn probabilities(
 }
 
 /// Writes each row's class name (the most probable), and with
-/// `with_probabilities` a column per class, as CSV to `path` or stdout.
+/// `with_probabilities` a column per class, as CSV (names quoted where
+/// they need it) to `path` or stdout.
 pub fn write_classes(
     path: Option<&Path>,
     target: &str,
@@ -84,29 +85,48 @@ pub fn write_classes(
     probabilities: &[f32],
     with_probabilities: bool,
 ) -> Result<(), String> {
-    let mut text = String::from(target);
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    let failed = |e: csv::Error| format!("cannot write the predictions: {e}");
+    let mut header = vec![target.to_string()];
     if with_probabilities {
-        for class in classes {
-            text.push_str(&format!(",p_{class}"));
-        }
+        header.extend(classes.iter().map(|class| format!("p_{class}")));
     }
-    text.push('\n');
+    writer.write_record(&header).map_err(failed)?;
     let guesses = super::metrics::predicted(probabilities, classes.len());
     for (row, guess) in probabilities.chunks(classes.len().max(1)).zip(guesses) {
-        text.push_str(classes.get(guess).map_or("", String::as_str));
+        let mut record = vec![classes.get(guess).cloned().unwrap_or_default()];
         if with_probabilities {
-            for p in row {
-                text.push_str(&format!(",{p}"));
-            }
+            record.extend(row.iter().map(|p| p.to_string()));
         }
-        text.push('\n');
+        writer.write_record(&record).map_err(failed)?;
     }
+    let text = writer
+        .into_inner()
+        .map_err(|e| format!("cannot write the predictions: {e}"))?;
     match path {
         Some(path) => {
             std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
         }
         None => std::io::stdout()
-            .write_all(text.as_bytes())
+            .write_all(&text)
             .map_err(|e| format!("cannot write the predictions: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_names_that_need_quotes_are_quoted() {
+        let path = std::env::temp_dir().join(format!("cistern-classes-{}.csv", std::process::id()));
+        let classes = ["a, b".to_string(), "plain".to_string()];
+        let written = write_classes(Some(&path), "kind", &classes, &[0.9, 0.1, 0.2, 0.8], true);
+        assert_eq!(written, Ok(()));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            text,
+            "kind,\"p_a, b\",p_plain\n\"a, b\",0.9,0.1\nplain,0.2,0.8\n"
+        );
     }
 }
