@@ -4,6 +4,7 @@
 mod conformance {
     pub mod capture;
     pub mod capture_faults;
+    pub mod classify;
     pub mod common;
     pub mod death;
     pub mod exhaustion;
@@ -123,6 +124,14 @@ conformance_tests! {
     capture_faults::a_trap_during_replay_poisons_the_device,
     capture_faults::a_graph_from_before_an_invalidate_is_refused_as_stale,
     capture_faults::a_fault_while_capturing_discards_the_capture,
+    classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
+    classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
+    classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,
+    classify::a_large_batch_matches_the_f64_reference,
+    classify::an_out_of_range_target_is_never_read_through_on_the_device,
+    classify::binary_cross_entropy_with_logits_matches_the_f64_reference_and_finite_differences,
+    classify::a_class_loss_with_bad_arguments_is_refused_before_it_runs,
+    classify::the_device_chains_cross_entropy_step_matches_the_cpus,
 }
 
 #[test]

@@ -105,6 +105,13 @@ pub enum BenchCommand {
     Tape,
     /// A whole training step.
     TrainStep,
+    /// Cross-entropy forward + backward of a 256×1000 batch on the CPU
+    /// (PyTorch's in turns: benches/cross_entropy_pytorch.py).
+    CrossEntropy {
+        /// Samples of which the median is reported.
+        #[arg(long, default_value_t = 50)]
+        samples: usize,
+    },
 }
 
 /// Runs a parsed command line; errors are printed to stderr and give a non-zero exit.
@@ -154,6 +161,7 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
         BenchCommand::DataParallel { engine } => crate::bench::parallel::data_parallel(engine),
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
+        BenchCommand::CrossEntropy { samples } => crate::bench::cross_entropy::run(samples),
     }
 }
 

@@ -16,6 +16,7 @@ mod store;
 mod tape;
 
 pub use cistern_memory::ErrorCode;
+pub use cistern_runtime::Reduction;
 pub use codec::CodecError;
 pub use compact::{COMPACT_LAYOUT, CompactReport};
 pub use compute::{
@@ -25,7 +26,10 @@ pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
 pub use store::{
-    ChainLayer, DeviceAmpState, DeviceParamStore, OptimizerCheckpoint, ResidentInput, ResidentLeaf,
-    StoreCheckpoint, TrainStepLoss,
+    ChainLayer, ChainLoss, DeviceAmpState, DeviceParamStore, OptimizerCheckpoint, ResidentInput,
+    ResidentLeaf, StoreCheckpoint, TrainStepLoss, argmax_rows,
 };
-pub use tape::{Gradient, Gradients, Tape, TapeId, Tensor, Var};
+pub use tape::{
+    BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,
+    Tape, TapeId, Tensor, Var,
+};

@@ -6,6 +6,7 @@ mod store {
     mod amp;
     mod amp_device;
     mod chain;
+    mod chain_classify;
     mod chain_step;
     mod checkpoint;
     mod checks;

@@ -3,6 +3,7 @@
 //! cases, host synchronisations, memory, and device faults.
 
 mod tape {
+    mod classify;
     mod common;
     mod errors;
     mod faults;
@@ -10,5 +11,6 @@ mod tape {
     mod host;
     mod memory;
     mod mlp;
+    mod pytorch;
     mod syncs;
 }

@@ -106,6 +106,22 @@ catalogue! {
     AmpUnscaleByDeviceScale => "amp_unscale_by_device_scale",
     /// [`crate::amp_update_scale`].
     AmpUpdateScale => "amp_update_scale",
+    /// [`crate::softmax`], `log = false`.
+    Softmax => "softmax",
+    /// [`crate::softmax`], `log = true`.
+    LogSoftmax => "log_softmax",
+    /// [`crate::softmax_backward`], `log = false`.
+    SoftmaxBackward => "softmax_backward",
+    /// [`crate::softmax_backward`], `log = true`.
+    LogSoftmaxBackward => "log_softmax_backward",
+    /// [`crate::class_loss`] over logits.
+    CrossEntropy => "cross_entropy",
+    /// [`crate::class_loss_backward`] over logits.
+    CrossEntropyBackward => "cross_entropy_backward",
+    /// [`crate::class_loss`] over log-probabilities.
+    NllLoss => "nll_loss",
+    /// [`crate::class_loss_backward`] over log-probabilities.
+    NllLossBackward => "nll_loss_backward",
 }
 
 #[cfg(test)]

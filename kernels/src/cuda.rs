@@ -13,6 +13,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("strided.cu", include_str!("cuda/strided.cu")),
     ("activation.cu", include_str!("cuda/activation.cu")),
     ("reduce.cu", include_str!("cuda/reduce.cu")),
+    ("classify.cu", include_str!("cuda/classify.cu")),
     ("gemm.cu", include_str!("cuda/gemm.cu")),
     ("optimizer.cu", include_str!("cuda/optimizer.cu")),
     ("lamb.cu", include_str!("cuda/lamb.cu")),

@@ -12,6 +12,7 @@
 
 mod activation;
 mod catalogue;
+mod classify;
 pub mod cuda;
 mod elementwise;
 mod erf;
@@ -26,6 +27,10 @@ pub mod wgsl;
 pub use activation::{Activation, activation_backward, activation_forward};
 pub use catalogue::KernelId;
 pub use cistern_optim::Segment;
+pub use classify::{
+    ClassInput, ClassLossSpec, Reduction, check_targets, class_loss, class_loss_backward, softmax,
+    softmax_backward,
+};
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
 pub use erf::{erf, erfc};
 pub use error::KernelError;

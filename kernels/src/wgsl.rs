@@ -30,6 +30,9 @@ pub const ACTIVATION: &str = include_str!("wgsl/activation.wgsl");
 pub const GEMM: &str = include_str!("wgsl/gemm.wgsl");
 /// `column_sum`, `segment_sum` (sums and sums of squares), `mse_loss`.
 pub const REDUCE: &str = include_str!("wgsl/reduce.wgsl");
+/// Softmax and log-softmax over rows, their backward, and the class-index
+/// losses and their backward (needs [`REDUCE`]).
+pub const CLASSIFY: &str = include_str!("wgsl/classify.wgsl");
 /// `sgd`, `adam` (and AdamW), `rmsprop`, `adagrad`, each also as the rest of
 /// a counted step (after [`AMP`]'s `step_count`), and LAMB's passes (needs
 /// [`STEP`]).

@@ -23,7 +23,10 @@ pub mod sync;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use cistern_kernels::{Activation, GemmSpec, MapOp, MapScalars, ScaleRule, Segment};
+pub use cistern_kernels::{
+    Activation, ClassInput, ClassLossSpec, GemmSpec, MapOp, MapScalars, Reduction, ScaleRule,
+    Segment, check_targets,
+};
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,
 };

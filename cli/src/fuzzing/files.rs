@@ -119,6 +119,7 @@ pub(super) fn seeds() -> Vec<Seed> {
             },
             columns: vec!["x".into(), "z".into()],
             target: "y".into(),
+            classes: None,
         };
         if let Ok(bytes) = model.encode() {
             seeds.push(seed("saved_model", format!("{name}.safetensors"), bytes));

@@ -34,6 +34,15 @@ pub enum DistributedEngine {
     Mpi,
 }
 
+/// What a run learns, by its command-line name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Task {
+    /// Predict a number (MSE).
+    Regress,
+    /// Predict a class among the target's values (cross-entropy).
+    Classify,
+}
+
 /// How a step runs, by its command-line name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StepPath {
@@ -119,6 +128,13 @@ pub struct TrainArgs {
     /// The CSV column to predict; every other column is a feature.
     #[arg(long, value_name = "COLUMN")]
     pub target: Option<String>,
+    /// `regress` (a number) or `classify` (the target's values are the
+    /// classes) [default: classify for digits and breast-cancer, else regress].
+    #[arg(long, value_enum)]
+    pub task: Option<Task>,
+    /// The most distinct classes a classification target may have.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub max_classes: usize,
     /// Hidden layer widths, comma-separated.
     #[arg(
         long,
@@ -210,6 +226,15 @@ pub struct TrainArgs {
 }
 
 impl TrainArgs {
+    /// The task in effect.
+    pub fn task(&self) -> Task {
+        match self.task {
+            Some(task) => task,
+            None if self.csv.is_none() && self.dataset.is_classification() => Task::Classify,
+            None => Task::Regress,
+        }
+    }
+
     /// Whether the run trains a replica group (--devices or --distributed).
     pub fn is_group(&self) -> bool {
         !self.devices.is_empty() || self.distributed.is_some()
@@ -299,4 +324,7 @@ pub struct PredictArgs {
     /// `cpu`, `auto`, or `cpu:N`, `wgpu:N`, `cuda:N`.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// For a classifier: a probability column per class after its name.
+    #[arg(long)]
+    pub probabilities: bool,
 }

@@ -45,6 +45,19 @@ pub enum BuiltIn {
     Winequality,
     /// Diabetes progression: 442 patients, 10 features.
     Diabetes,
+    /// Handwritten digits (`smartcore`): 1,797 8×8 images, 64 pixel
+    /// features, 10 classes (classification by default).
+    Digits,
+    /// Breast cancer Wisconsin (`smartcore`): 569 tumours, 30 features,
+    /// malignant or benign (classification by default).
+    BreastCancer,
+}
+
+impl BuiltIn {
+    /// Whether its target is a class (then `--task` defaults to classify).
+    pub fn is_classification(self) -> bool {
+        matches!(self, BuiltIn::Digits | BuiltIn::BreastCancer)
+    }
 }
 
 /// Loads `dataset`, or `csv` with its `target` column when a file is given.
@@ -58,6 +71,10 @@ pub fn load(dataset: BuiltIn, csv: Option<&Path>, target: Option<&str>) -> Resul
 }
 
 fn built_in(dataset: BuiltIn) -> Table {
+    // A classification dataset regressed on (`--task regress`): its class index.
+    if let Some(table) = super::classify::regression_table(dataset) {
+        return table;
+    }
     // Both datasets are arrays of `f64` in standard (row-major) layout.
     let (name, target, columns, features, targets) = match dataset {
         BuiltIn::Winequality => {
@@ -72,7 +89,7 @@ fn built_in(dataset: BuiltIn) -> Table {
                 targets,
             )
         }
-        BuiltIn::Diabetes => {
+        BuiltIn::Diabetes | BuiltIn::Digits | BuiltIn::BreastCancer => {
             let data = linfa_datasets::diabetes();
             let features = data.records().iter().map(|&v| v as f32).collect();
             let targets = data.targets().iter().map(|&t| t as f32).collect();

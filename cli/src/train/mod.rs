@@ -7,9 +7,12 @@
 //! tape step); `run`
 //! is the loop, with `output`, `summary` and `plot` showing it;
 //! `model_file` saves and loads; `predict` reads a saved model back.
+//! `classify` is the classification run (`--task classify`, the default
+//! for the digits and breast-cancer datasets) and its `predict`.
 
 mod args;
 mod batches;
+mod classify;
 pub(crate) mod csv_file;
 mod data;
 mod distributed;

@@ -30,6 +30,9 @@ pub struct SavedModel {
     pub columns: Vec<String>,
     /// The target column's name.
     pub target: String,
+    /// A classifier's class names, by output (the last width); `None` for
+    /// a regressor (one output).
+    pub classes: Option<Vec<String>>,
 }
 
 impl SavedModel {
@@ -60,6 +63,10 @@ impl SavedModel {
             ("columns".to_string(), json(&self.columns)?),
             ("target".to_string(), self.target.clone()),
         ]);
+        let mut metadata = metadata;
+        if let Some(classes) = &self.classes {
+            metadata.insert("classes".to_string(), json(classes)?);
+        }
         safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
     }
 
@@ -98,9 +105,16 @@ impl SavedModel {
             .map_err(|e| format!("metadata `standardisation`: {e}"))?;
         let columns: Vec<String> = serde_json::from_value(parse("columns")?)
             .map_err(|e| format!("metadata `columns`: {e}"))?;
+        let classes: Option<Vec<String>> = match metadata.get("classes") {
+            Some(text) => {
+                Some(serde_json::from_str(text).map_err(|e| format!("metadata `classes`: {e}"))?)
+            }
+            None => None,
+        };
+        let outputs = classes.as_ref().map_or(1, Vec::len);
         let inputs = layout.widths.first().copied().unwrap_or(0);
         if layout.widths.len() < 2
-            || layout.widths.last() != Some(&1)
+            || layout.widths.last() != Some(&outputs)
             || layout.widths.contains(&0)
             || columns.len() != inputs
             || standardisation.feature_mean.len() != inputs
@@ -138,6 +152,7 @@ impl SavedModel {
             standardisation,
             columns,
             target: field("target")?.clone(),
+            classes,
         })
     }
 }
@@ -194,6 +209,7 @@ mod tests {
             },
             columns: vec!["a".into(), "b".into()],
             target: "y".into(),
+            classes: None,
         }
     }
 
@@ -217,5 +233,20 @@ mod tests {
                 "{cut}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn a_classifier_keeps_its_class_names_and_one_output_per_class() {
+        let mut classifier = model();
+        classifier.layout.widths = vec![2, 3, 3];
+        classifier.parameters = classifier.layout.initial_parameters(2);
+        classifier.classes = Some(vec!["cat".into(), "dog".into(), "owl".into()]);
+        let bytes = classifier.encode().expect("encodes");
+        assert_eq!(SavedModel::decode(&bytes), Ok(classifier.clone()));
+        // Two class names for three outputs: inconsistent.
+        classifier.classes = Some(vec!["cat".into(), "dog".into()]);
+        let bytes = classifier.encode().expect("encodes");
+        let error = SavedModel::decode(&bytes).expect_err("two names, three outputs");
+        assert!(error.contains("inconsistent model"), "{error}");
     }
 }

@@ -15,6 +15,9 @@ use super::store_model::StoreModel;
 /// Runs `cistern predict`; the error is the message to print.
 pub fn run_command(args: &PredictArgs) -> Result<(), String> {
     let saved = SavedModel::load(&args.model)?;
+    if let Some(classes) = &saved.classes {
+        return super::classify::run_predict(args, &saved, classes);
+    }
     let (mut features, _rows) = csv_file::read_feature_rows(&args.csv, &saved.columns)?;
     saved.standardisation.features(&mut features);
     let device = crate::devices::choose(&args.device)?;

@@ -27,6 +27,9 @@ const EVALUATIONS: u64 = 20;
 
 /// Runs `cistern train`; the error is the message to print.
 pub fn run_command(args: &TrainArgs) -> Result<(), String> {
+    if args.task() == super::args::Task::Classify {
+        return super::classify::run_command(args);
+    }
     args.check()?;
     let table = data::load(args.dataset, args.csv.as_deref(), args.target.as_deref())?;
     let prepared = prep::prepare(&table, args.validation, args.seed)?;
@@ -223,6 +226,7 @@ fn keep(
             standardisation: prepared.standardisation.clone(),
             columns: table.columns.clone(),
             target: table.target.clone(),
+            classes: None,
         };
         saved.save(path)?;
     }

@@ -55,8 +55,36 @@ impl DeviceParamStore {
             self.enter()?;
             let plan = self.check_chain(chain, input.shape())?;
             let uploaded = self.upload_resident_input(input)?;
-            self.run_chain(&plan, &uploaded)
+            self.run_chain(&plan, &uploaded, false)
         })
+    }
+
+    /// [`predict_device_chain`](Self::predict_device_chain) with the
+    /// logits turned into probabilities on the device: a row-wise softmax
+    /// in the same batch (each row sums to 1).
+    pub fn predict_device_chain_probabilities(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+    ) -> Result<Tensor<f32>, BackendError> {
+        retry_transient(|| {
+            self.enter()?;
+            let plan = self.check_chain(chain, input.shape())?;
+            let uploaded = self.upload_resident_input(input)?;
+            self.run_chain(&plan, &uploaded, true)
+        })
+    }
+
+    /// The class of each row: the index of its largest logit (the first
+    /// of equals, as `torch.argmax`), from
+    /// [`predict_device_chain`](Self::predict_device_chain).
+    pub fn predict_device_chain_classes(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+    ) -> Result<Vec<usize>, BackendError> {
+        let logits = self.predict_device_chain(chain, input)?;
+        Ok(argmax_rows(&logits))
     }
 
     /// [`predict_device_chain`](Self::predict_device_chain) over an input
@@ -72,7 +100,7 @@ impl DeviceParamStore {
             self.enter()?;
             self.check_input(input)?;
             let plan = self.check_chain(chain, &input.shape)?;
-            self.run_chain(&plan, input)
+            self.run_chain(&plan, input, false)
         })
     }
 
@@ -189,6 +217,7 @@ impl DeviceParamStore {
         &self,
         plan: &[LayerPlan],
         input: &ResidentInput,
+        softmax: bool,
     ) -> Result<Tensor<f32>, BackendError> {
         let rows = input.shape[0];
         let mut launches = Vec::new();
@@ -205,6 +234,20 @@ impl DeviceParamStore {
             x = out.clone();
             keep.push(out);
         }
+        let width = plan.last().map_or(0, |layer| layer.n);
+        if softmax {
+            let probabilities = self.reserve_floats(rows * width)?;
+            let (r, c) = (rows as u64, width as u64);
+            launches.push(KernelLaunch::softmax(
+                x.whole(),
+                r,
+                c,
+                false,
+                probabilities.whole(),
+            ));
+            x = probabilities.clone();
+            keep.push(probabilities);
+        }
         let token = self
             .client
             .launch_batch(self.stream.id, launches)
@@ -214,7 +257,6 @@ impl DeviceParamStore {
         token
             .wait()
             .map_err(|error| self.state.fail(BackendError::from(error)))?;
-        let width = plan.last().map_or(0, |layer| layer.n);
         Ok(Tensor::new(vec![rows, width], bytes_f32(&bytes))?)
     }
 
@@ -263,4 +305,23 @@ impl DeviceParamStore {
             .reserve_with(count as u64 * 4, AllocationPolicy::Allow, self.stream.id)
             .map_err(|error| self.state.fail(BackendError::from(error)))
     }
+}
+
+/// The index of each row's largest value (the first of equals; NaN never
+/// wins), for a `rows×cols` tensor.
+pub fn argmax_rows(values: &Tensor<f32>) -> Vec<usize> {
+    let cols = values.shape().last().copied().unwrap_or(0).max(1);
+    values
+        .data()
+        .chunks(cols)
+        .map(|row| {
+            let mut best = 0;
+            for (i, &v) in row.iter().enumerate() {
+                if v > row[best] || row[best].is_nan() && !v.is_nan() {
+                    best = i;
+                }
+            }
+            best
+        })
+        .collect()
 }

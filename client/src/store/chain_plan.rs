@@ -2,7 +2,7 @@
 //! its train step (`ChainRun`), which the store's state holds between steps.
 
 use cistern_optim::SgdConfig;
-use cistern_runtime::Activation;
+use cistern_runtime::{Activation, ClassLossSpec};
 
 use crate::compute::{Buffer, Graph};
 
@@ -26,13 +26,38 @@ pub(super) fn fused(activation: Activation) -> bool {
     }
 }
 
+/// The loss of a chain's train step, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum LossPlan {
+    /// MSE (mean) against `rows×width` targets.
+    Mse,
+    /// Cross-entropy (mean or sum) against one class index per row, with
+    /// its class weights.
+    CrossEntropy {
+        spec: ClassLossSpec,
+        weight: Option<Vec<f32>>,
+    },
+}
+
+/// A cross-entropy workspace's own buffers: the class weights (where
+/// weighted) and the loss's upstream gradient, 1.
+#[derive(Debug)]
+pub(super) struct ClassLossBuffers {
+    pub(super) weight: Option<Buffer>,
+    pub(super) one: Buffer,
+}
+
 /// A chain's device buffers for one batch shape, and its recorded step.
 #[derive(Debug)]
 pub(super) struct ChainRun {
     pub(super) rows: usize,
     pub(super) plan: Vec<LayerPlan>,
     pub(super) x: Buffer,
+    /// The targets: `rows×width` values (MSE) or `rows` class indices.
     pub(super) y: Buffer,
+    pub(super) loss_plan: LossPlan,
+    /// Where the loss is cross-entropy.
+    pub(super) class_buffers: Option<ClassLossBuffers>,
     /// Per layer: its output, its pre-activation (unfused activations),
     /// the gradient of its output, and of its pre-activation.
     pub(super) outs: Vec<Buffer>,
@@ -47,8 +72,8 @@ pub(super) struct ChainRun {
 }
 
 impl ChainRun {
-    /// Whether it serves a step of `plan` over `rows`-row batches.
-    pub(super) fn fits(&self, rows: usize, plan: &[LayerPlan]) -> bool {
-        self.rows == rows && self.plan == plan
+    /// Whether it serves a step of `plan` with `loss` over `rows`-row batches.
+    pub(super) fn fits(&self, rows: usize, plan: &[LayerPlan], loss: &LossPlan) -> bool {
+        self.rows == rows && self.plan == plan && &self.loss_plan == loss
     }
 }

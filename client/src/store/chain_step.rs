@@ -1,20 +1,39 @@
-//! The device-chain train step: forward, MSE (mean), backward and SGD for
-//! the whole chain as one launch batch on the store's stream, with no
-//! synchronisation. After a warm-up step the step is recorded as a graph
+//! The device-chain train step: forward, the loss (MSE, or cross-entropy
+//! over class indices), backward and SGD for the whole chain as one launch
+//! batch on the store's stream, with no synchronisation. After a warm-up step the step is recorded as a graph
 //! and replayed; `TrainStepLoss` names the loss of one step.
 
 use cistern_optim::{OptimizerConfig, SgdConfig};
-use cistern_runtime::{Activation, FailureToken, GemmSpec, KernelLaunch, OptimizerStep};
+use cistern_runtime::{
+    Activation, ClassInput, ClassLossSpec, FailureToken, GemmSpec, KernelLaunch, OptimizerStep,
+    Reduction,
+};
 
 use super::chain::ChainLayer;
-use super::chain_plan::{ChainRun, LayerPlan, fused};
+use super::chain_plan::{ChainRun, ClassLossBuffers, LayerPlan, LossPlan, fused};
 use super::device_check::Backoff;
 use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
 use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
-use crate::tape::Tensor;
+use crate::tape::{CrossEntropyOptions, Tensor};
+
+/// The loss of a chain's train step, with its targets.
+#[derive(Clone, Copy, Debug)]
+pub enum ChainLoss<'a> {
+    /// Mean squared error against targets of the last layer's shape.
+    Mse(&'a Tensor<f32>),
+    /// Cross-entropy of the last layer's output (the logits) against one
+    /// class index per row, with PyTorch's options; the reduction is mean
+    /// or sum (the step's loss is one number).
+    CrossEntropy {
+        /// One class index per row.
+        targets: &'a [i64],
+        /// Weight, ignore_index, reduction, label smoothing.
+        options: &'a CrossEntropyOptions,
+    },
+}
 
 /// The loss of one train step: bound to its store and a step serial. Read
 /// it with [`DeviceParamStore::read_train_step_loss`] before the next step.
@@ -52,9 +71,24 @@ impl DeviceParamStore {
         target: &Tensor<f32>,
         config: &SgdConfig,
     ) -> Result<TrainStepLoss, BackendError> {
+        self.train_step_device_chain_with_loss(chain, input, ChainLoss::Mse(target), config)
+    }
+
+    /// [`train_step_device_chain`](Self::train_step_device_chain) with the
+    /// loss as a parameter: MSE, or cross-entropy over the last layer's
+    /// output (logits) and class indices. A class index out of range is
+    /// `InvalidArgument` naming its row, before anything changes; a new
+    /// loss (or new class weights) makes a new workspace and records again.
+    pub fn train_step_device_chain_with_loss(
+        &mut self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+        loss: ChainLoss<'_>,
+        config: &SgdConfig,
+    ) -> Result<TrainStepLoss, BackendError> {
         let mut backoff = Backoff::new();
         loop {
-            match self.try_chain_step(chain, input, target, config) {
+            match self.try_chain_step(chain, input, loss, config) {
                 Err(error) if error.is_transient() && backoff.wait() => {}
                 answer => return answer,
             }
@@ -74,7 +108,26 @@ impl DeviceParamStore {
         config: &SgdConfig,
     ) -> Result<(), BackendError> {
         self.enter()?;
-        self.check_train(chain, input, target, config).map(|_| ())
+        let loss = ChainLoss::Mse(target);
+        self.check_train(chain, input, loss, config).map(|_| ())
+    }
+
+    /// The checks of [`train_step_device_chain_with_loss`], with no side
+    /// effect: those of [`validate_train_step_device_chain`], and for
+    /// cross-entropy one target per row, each in range or `ignore_index`,
+    /// weights one per class, a reduction of mean or sum (`InvalidArgument`).
+    ///
+    /// [`train_step_device_chain_with_loss`]: Self::train_step_device_chain_with_loss
+    /// [`validate_train_step_device_chain`]: Self::validate_train_step_device_chain
+    pub fn validate_train_step_device_chain_with_loss(
+        &self,
+        chain: &[ChainLayer<'_>],
+        input: &Tensor<f32>,
+        loss: ChainLoss<'_>,
+        config: &SgdConfig,
+    ) -> Result<(), BackendError> {
+        self.enter()?;
+        self.check_train(chain, input, loss, config).map(|_| ())
     }
 
     /// The loss of the latest train step: one 4-byte read (the step's one
@@ -122,9 +175,9 @@ impl DeviceParamStore {
         &self,
         chain: &[ChainLayer<'_>],
         input: &Tensor<f32>,
-        target: &Tensor<f32>,
+        loss: ChainLoss<'_>,
         config: &SgdConfig,
-    ) -> Result<Vec<LayerPlan>, BackendError> {
+    ) -> Result<(Vec<LayerPlan>, LossPlan), BackendError> {
         let plan = self.check_chain(chain, input.shape())?;
         let mut seen = vec![0usize; self.layout.slots().len()];
         for layer in &plan {
@@ -141,29 +194,29 @@ impl DeviceParamStore {
             )));
         }
         let width = plan.last().map_or(0, |layer| layer.n);
-        ShapeError::check_dims(&[input.shape()[0], width], target.shape())?;
+        let loss_plan = check_loss(loss, input.shape()[0], width)?;
         self.check_config(&OptimizerConfig::Sgd(config.clone()))?;
-        Ok(plan)
+        Ok((plan, loss_plan))
     }
 
     fn try_chain_step(
         &mut self,
         chain: &[ChainLayer<'_>],
         input: &Tensor<f32>,
-        target: &Tensor<f32>,
+        loss: ChainLoss<'_>,
         config: &SgdConfig,
     ) -> Result<TrainStepLoss, BackendError> {
         self.enter_mut()?;
-        let plan = self.check_train(chain, input, target, config)?;
+        let (plan, loss_plan) = self.check_train(chain, input, loss, config)?;
         let rows = input.shape()[0];
         // A workspace of another shape gives its buffers back before the new one is reserved.
         let held = self
             .state
             .take_chain_run()
-            .filter(|run| run.fits(rows, &plan));
+            .filter(|run| run.fits(rows, &plan, &loss_plan));
         let run = match held {
             Some(run) => run,
-            None => self.workspace(rows, plan)?,
+            None => self.workspace(rows, plan, loss_plan)?,
         };
         self.state.keep_chain_run(run);
         if self
@@ -187,7 +240,7 @@ impl DeviceParamStore {
             .state
             .take_chain_run()
             .ok_or(BackendError::StorePoisoned)?;
-        let token = self.send_chain_step(run, input, target, config, &state, steps, launches)?;
+        let token = self.send_chain_step(run, input, loss, config, &state, steps, launches)?;
         let committed = OptimizerRun {
             config: optimizer,
             state,
@@ -208,7 +261,7 @@ impl DeviceParamStore {
         &mut self,
         mut run: ChainRun,
         input: &Tensor<f32>,
-        target: &Tensor<f32>,
+        loss: ChainLoss<'_>,
         config: &SgdConfig,
         state: &[Buffer],
         steps: u64,
@@ -218,10 +271,7 @@ impl DeviceParamStore {
         let written = self
             .client
             .write_on(stream, &run.x, 0, &f32_bytes(input.data()))
-            .and_then(|()| {
-                self.client
-                    .write_on(stream, &run.y, 0, &f32_bytes(target.data()))
-            });
+            .and_then(|()| self.client.write_on(stream, &run.y, 0, &target_bytes(loss)));
         if let Err(error) = written {
             self.state.keep_chain_run(run);
             return Err(self.state.fail(BackendError::from(error)));
@@ -281,13 +331,21 @@ impl DeviceParamStore {
         }
         let last = run.plan.len() - 1;
         let (pred, y) = (run.outs[last].whole(), run.y.whole());
-        launches.push(KernelLaunch::mse_loss(pred, y, run.loss.whole()));
-        launches.push(KernelLaunch::mse_loss_backward(
-            pred,
-            y,
-            1.0,
-            run.grads[last].whole(),
-        ));
+        let grad = run.grads[last].whole();
+        match (&run.loss_plan, &run.class_buffers) {
+            (LossPlan::CrossEntropy { spec, .. }, Some(buffers)) => {
+                let weight = buffers.weight.as_ref().map(Buffer::whole);
+                let one = buffers.one.whole();
+                let loss = run.loss.whole();
+                launches.push(KernelLaunch::class_loss(*spec, pred, y, weight, loss));
+                let backward = KernelLaunch::class_loss_backward(*spec, pred, y, weight, one, grad);
+                launches.push(backward);
+            }
+            _ => {
+                launches.push(KernelLaunch::mse_loss(pred, y, run.loss.whole()));
+                launches.push(KernelLaunch::mse_loss_backward(pred, y, 1.0, grad));
+            }
+        }
         for (l, layer) in run.plan.iter().enumerate().rev() {
             let mut g = &run.grads[l];
             if let Some(act_grad) = &run.act_grads[l] {
@@ -333,7 +391,12 @@ impl DeviceParamStore {
     }
 
     /// The buffers of a chain step over `rows`-row batches.
-    fn workspace(&self, rows: usize, plan: Vec<LayerPlan>) -> Result<ChainRun, BackendError> {
+    fn workspace(
+        &self,
+        rows: usize,
+        plan: Vec<LayerPlan>,
+        loss_plan: LossPlan,
+    ) -> Result<ChainRun, BackendError> {
         let first = plan.first().map_or(0, |layer| layer.k);
         let last = plan.last().map_or(0, |layer| layer.n);
         let (mut outs, mut pres, mut grads, mut act_grads) = (vec![], vec![], vec![], vec![]);
@@ -350,10 +413,16 @@ impl DeviceParamStore {
                 _ => Some(self.reserve_floats(len)?),
             });
         }
+        let (targets, class_buffers) = match &loss_plan {
+            LossPlan::Mse => (rows * last, None),
+            LossPlan::CrossEntropy { weight, .. } => (rows, Some(self.class_loss_buffers(weight)?)),
+        };
         Ok(ChainRun {
             rows,
             x: self.reserve_floats(rows * first)?,
-            y: self.reserve_floats(rows * last)?,
+            y: self.reserve_floats(targets)?,
+            loss_plan,
+            class_buffers,
             plan,
             outs,
             pres,
@@ -363,6 +432,95 @@ impl DeviceParamStore {
             warmed: false,
             graph: None,
         })
+    }
+}
+
+impl DeviceParamStore {
+    /// A cross-entropy workspace's weights and upstream gradient, written
+    /// on the store's stream.
+    fn class_loss_buffers(
+        &self,
+        weight: &Option<Vec<f32>>,
+    ) -> Result<ClassLossBuffers, BackendError> {
+        let stream = self.stream.id;
+        let one = self.reserve_floats(1)?;
+        self.client
+            .write_on(stream, &one, 0, &f32_bytes(&[1.0]))
+            .map_err(|error| self.state.fail(BackendError::from(error)))?;
+        let weight = match weight {
+            Some(values) => {
+                let buffer = self.reserve_floats(values.len())?;
+                self.client
+                    .write_on(stream, &buffer, 0, &f32_bytes(values))
+                    .map_err(|error| self.state.fail(BackendError::from(error)))?;
+                Some(buffer)
+            }
+            None => None,
+        };
+        Ok(ClassLossBuffers { weight, one })
+    }
+}
+
+/// The targets' bytes as the workspace holds them: `f32`s, or `i32`
+/// class indices (checked to fit by [`check_loss`]).
+fn target_bytes(loss: ChainLoss<'_>) -> Vec<u8> {
+    match loss {
+        ChainLoss::Mse(target) => f32_bytes(target.data()),
+        ChainLoss::CrossEntropy { targets, .. } => targets
+            .iter()
+            .flat_map(|&t| i32::try_from(t).unwrap_or(i32::MIN).to_ne_bytes())
+            .collect(),
+    }
+}
+
+/// The loss's checks against a batch of `rows` rows and a last layer of
+/// `width` outputs.
+fn check_loss(loss: ChainLoss<'_>, rows: usize, width: usize) -> Result<LossPlan, BackendError> {
+    let invalid = BackendError::InvalidArgument;
+    match loss {
+        ChainLoss::Mse(target) => {
+            ShapeError::check_dims(&[rows, width], target.shape())?;
+            Ok(LossPlan::Mse)
+        }
+        ChainLoss::CrossEntropy { targets, options } => {
+            ShapeError::check_dims(&[rows], &[targets.len()])?;
+            if options.reduction == Reduction::None {
+                return Err(invalid(
+                    "a chain step's loss is one number: reduction mean or sum, not none".into(),
+                ));
+            }
+            let ignore_index = i32::try_from(options.ignore_index).map_err(|_| {
+                invalid(format!(
+                    "ignore_index {} does not fit in i32",
+                    options.ignore_index
+                ))
+            })?;
+            cistern_runtime::check_targets(targets, width, options.ignore_index)
+                .map_err(|error| invalid(error.to_string()))?;
+            if let Some(weight) = &options.weight
+                && weight.len() != width
+            {
+                return Err(invalid(format!(
+                    "weight has {} elements, one per class is {width}",
+                    weight.len()
+                )));
+            }
+            let spec = ClassLossSpec {
+                rows,
+                classes: width,
+                input: ClassInput::Logits,
+                reduction: options.reduction,
+                ignore_index,
+                label_smoothing: options.label_smoothing,
+                weighted: options.weight.is_some(),
+            };
+            spec.validate()
+                .map_err(|error| invalid(error.to_string()))?;
+            Ok(LossPlan::CrossEntropy {
+                spec,
+                weight: options.weight.clone(),
+            })
+        }
     }
 }
 

@@ -30,8 +30,8 @@ mod staged;
 mod step;
 
 pub use amp::DeviceAmpState;
-pub use chain::{ChainLayer, ResidentInput};
-pub use chain_step::TrainStepLoss;
+pub use chain::{ChainLayer, ResidentInput, argmax_rows};
+pub use chain_step::{ChainLoss, TrainStepLoss};
 pub use checkpoint::{OptimizerCheckpoint, StoreCheckpoint};
 pub use forward::ResidentLeaf;
 pub use store::DeviceParamStore;

@@ -6,6 +6,7 @@
 //! value is read. `docs/tape.md` has the design.
 
 mod backward;
+mod classify;
 mod gradients;
 mod node;
 mod ops;
@@ -17,6 +18,7 @@ mod tensor;
 mod var;
 mod work;
 
+pub use classify::{BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, NllLossOptions};
 pub(crate) use gradients::StagedBy;
 pub use gradients::{Gradient, Gradients};
 pub(crate) use node::ResidentMark;

@@ -3,6 +3,7 @@
 
 use cistern_runtime::Activation;
 
+use super::classify::{BceRecord, ClassLossRecord};
 use crate::compute::Buffer;
 
 /// A value's index on its tape: values are never removed, so an index never
@@ -73,6 +74,23 @@ pub(super) enum Op {
     Mean { input: VarIndex },
     /// `Σ (pred − target)² / n`.
     MseLoss { pred: VarIndex, target: VarIndex },
+    /// Softmax or log-softmax over the rows of the last dimension.
+    Softmax {
+        input: VarIndex,
+        rows: usize,
+        cols: usize,
+        log: bool,
+    },
+    /// Cross-entropy or NLL over class-index targets.
+    ClassLoss {
+        input: VarIndex,
+        record: Box<ClassLossRecord>,
+    },
+    /// Binary cross-entropy with logits (its target is untracked).
+    BceWithLogits {
+        input: VarIndex,
+        record: Box<BceRecord>,
+    },
 }
 
 impl Op {
@@ -93,7 +111,10 @@ impl Op {
             Op::Activation { input, .. }
             | Op::Scale { input, .. }
             | Op::Sum { input }
-            | Op::Mean { input } => vec![input],
+            | Op::Mean { input }
+            | Op::Softmax { input, .. }
+            | Op::ClassLoss { input, .. }
+            | Op::BceWithLogits { input, .. } => vec![input],
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

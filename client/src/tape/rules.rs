@@ -136,6 +136,30 @@ impl Tape {
                     out.push((target, Grad::Device(g)));
                 }
             }
+            Op::Softmax {
+                input,
+                rows,
+                cols,
+                log,
+            } => {
+                if reached(&input) {
+                    let g = self.softmax_gradient(&value, grad, (rows, cols, log))?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
+            Op::ClassLoss { input, record } => {
+                if reached(&input) {
+                    let g = self.class_loss_gradient(&self.value_of(input), grad, &record)?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
+            Op::BceWithLogits { input, record } => {
+                if reached(&input) {
+                    let n = self.with_node(input, Node::len);
+                    let g = self.bce_gradient(&self.value_of(input), grad, &record, n)?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
         }
         out.retain(|(input, _)| reached(input));
         Ok(out)
@@ -246,7 +270,12 @@ impl Tape {
 
     /// `x·s` for `x` of `n` elements and a one-element device scalar `s`:
     /// a GEMM of an `n×1` by a `1×1` matrix.
-    fn times_scalar(&self, x: &Buffer, s: &Buffer, n: usize) -> Result<Buffer, AutodiffError> {
+    pub(super) fn times_scalar(
+        &self,
+        x: &Buffer,
+        s: &Buffer,
+        n: usize,
+    ) -> Result<Buffer, AutodiffError> {
         self.gemm(product(n, 1, 1, false, false), x, s, n)
     }
 

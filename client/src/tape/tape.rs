@@ -164,6 +164,24 @@ impl Tape {
     }
 
     /// The index of `var` on this tape; `TapeMismatch` for another tape's.
+    /// A new buffer holding `bytes` (`elements` 4-byte words), written on
+    /// the tape's stream.
+    pub(super) fn upload_words(
+        &self,
+        bytes: &[u8],
+        elements: usize,
+    ) -> Result<Buffer, AutodiffError> {
+        let value = self.reserve(elements)?;
+        let written = self.client.write_on(self.stream, &value, 0, bytes);
+        self.answer(written)?;
+        Ok(value)
+    }
+
+    /// A new buffer holding `values`, written on the tape's stream.
+    pub(super) fn upload_f32s(&self, values: &[f32]) -> Result<Buffer, AutodiffError> {
+        self.upload_words(&f32_bytes(values), values.len())
+    }
+
     pub(crate) fn index_of(&self, var: &Var<'_>) -> Result<VarIndex, AutodiffError> {
         if var.tape().id == self.id {
             Ok(var.index())

@@ -23,4 +23,15 @@ map_ops! {
     /// `grad ← factor·(pred − expected)`: MSE's backward, `factor` being
     /// `2·grad_output / n` (rounded once from f64 by the launch).
     MseLossBackward => "mse_loss_backward" (pred, expected) [factor] new: factor * (pred - expected);
+    /// PyTorch's `binary_cross_entropy_with_logits` per element, before
+    /// reduction: `w·[(1 − y)·softplus(x) + pw·y·softplus(−x)]` (PyTorch's
+    /// `(1 − y)·x + (1 + (pw − 1)·y)·softplus(−x)` rearranged so that no
+    /// terms cancel for targets in [0, 1]), with `softplus(±x) = max(±x, 0)
+    /// + log(1 + exp(−|x|))`, the max written `|x|/2 ± x/2` (finite for any
+    /// finite `x`); `one` and `half` are 1 and ½.
+    BceWithLogits => "bce_with_logits" (x, y, pos_weight, weight) [one, half] new: weight * ((one - y) * (abs(x) * half + x * half + log(one + exp(-abs(x)))) + pos_weight * y * (abs(x) * half - x * half + log(one + exp(-abs(x)))));
+    /// Its gradient with respect to `x`: `factor·w·[(1 − y)·σ(x) −
+    /// pw·y·σ(−x)]` (PyTorch's `(1 − y) − (1 + (pw − 1)·y)·σ(−x)`
+    /// rearranged), `factor` the upstream gradient (over `n` for a mean).
+    BceWithLogitsBackward => "bce_with_logits_backward" (x, y, pos_weight, weight) [factor, one] new: factor * weight * ((one - y) / (one + exp(-x)) - pos_weight * y / (one + exp(x)));
 }

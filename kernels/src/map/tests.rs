@@ -102,3 +102,28 @@ fn every_definition_has_an_entry_point_in_the_wgsl_and_the_cuda_program() {
         );
     }
 }
+
+#[test]
+fn binary_cross_entropy_with_logits_is_finite_at_extreme_logits_and_zero_at_certainty() {
+    let x = [1e30, -1e30, 0.0];
+    let y = [1.0, 0.0, 1.0];
+    let ones = [1.0; 3];
+    let mut out = [9.0; 3];
+    map(
+        MapOp::BceWithLogits,
+        &mut out,
+        &[&x, &y, &ones, &ones],
+        &[1.0, 0.5],
+    )
+    .unwrap();
+    assert_eq!(out[..2], [0.0, 0.0]);
+    assert!((out[2] - std::f32::consts::LN_2).abs() < 1e-6, "{out:?}");
+    map(
+        MapOp::BceWithLogitsBackward,
+        &mut out,
+        &[&x, &y, &ones, &ones],
+        &[1.0, 1.0],
+    )
+    .unwrap();
+    assert_eq!(out, [0.0, 0.0, -0.5]);
+}

@@ -5,7 +5,7 @@
 //! (`server/validate.rs` applies the rules); backends trust it.
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
-use cistern_kernels::{Activation, GemmSpec, KernelId, MapOp};
+use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, KernelId, MapOp};
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
 
@@ -104,6 +104,22 @@ pub enum ShapeRule<'a> {
     CountedStep {
         /// The step's arguments (`step` and `found_inf` unused).
         step: &'a OptimizerArgs,
+    },
+    /// Every binding is a `rows×cols` matrix.
+    Rows {
+        /// Rows of each matrix.
+        rows: u64,
+        /// Columns of each matrix.
+        cols: u64,
+    },
+    /// A class loss (or its gradient): the input `rows×classes`, the
+    /// targets `rows`, the weight `classes`, the loss (or its gradient)
+    /// one element or `rows`, the input's gradient `rows×classes`.
+    ClassLoss {
+        /// The loss's shape and options.
+        spec: &'a ClassLossSpec,
+        /// Whether this is the backward (a gradient binding last).
+        backward: bool,
     },
 }
 
@@ -218,6 +234,62 @@ impl Kernel {
                     ShapeRule::CountedStep { step },
                 )
             }
+            &Kernel::Softmax { rows, cols, log } => contract(
+                if log { "log_softmax" } else { "softmax" },
+                if log {
+                    KernelId::LogSoftmax
+                } else {
+                    KernelId::Softmax
+                },
+                &[R, W],
+                ShapeRule::Rows { rows, cols },
+            ),
+            &Kernel::SoftmaxBackward { rows, cols, log } => contract(
+                if log {
+                    "log_softmax_backward"
+                } else {
+                    "softmax_backward"
+                },
+                if log {
+                    KernelId::LogSoftmaxBackward
+                } else {
+                    KernelId::SoftmaxBackward
+                },
+                &[R, R, W],
+                ShapeRule::Rows { rows, cols },
+            ),
+            Kernel::ClassLoss(spec) => {
+                let id = match spec.input {
+                    ClassInput::Logits => KernelId::CrossEntropy,
+                    ClassInput::LogProbabilities => KernelId::NllLoss,
+                };
+                let signature: &[Access] = if spec.weighted {
+                    &[R, R, R, W]
+                } else {
+                    &[R, R, W]
+                };
+                let shape = ShapeRule::ClassLoss {
+                    spec,
+                    backward: false,
+                };
+                contract(id.name(), id, signature, shape)
+            }
+            Kernel::ClassLossBackward(spec) => {
+                let id = match spec.input {
+                    ClassInput::Logits => KernelId::CrossEntropyBackward,
+                    ClassInput::LogProbabilities => KernelId::NllLossBackward,
+                };
+                let signature: &[Access] = if spec.weighted {
+                    &[R, R, R, R, W]
+                } else {
+                    &[R, R, R, W]
+                };
+                let shape = ShapeRule::ClassLoss {
+                    spec,
+                    backward: true,
+                };
+                contract(id.name(), id, signature, shape)
+            }
         }
     }
 }
@@ -273,6 +345,13 @@ impl ShapeRule<'_> {
                     ),
                 });
             }
+        }
+        if let ShapeRule::ClassLoss { spec, .. } = self {
+            return spec
+                .validate()
+                .map_err(|error| ServerError::InvalidArgument {
+                    message: format!("class loss: {error}"),
+                });
         }
         if let ShapeRule::CountedStep { step } = self {
             let kernel = step.kernel_id().name();
@@ -374,6 +453,29 @@ impl ShapeRule<'_> {
                     expect(index, params, "a state buffer")?;
                 }
                 check_segments(kernel, &step.segments, params)
+            }
+            ShapeRule::Rows { rows, cols } => {
+                for index in 0..elements.len() {
+                    expect(index, rows.checked_mul(cols), "a rows×cols matrix")?;
+                }
+                Ok(())
+            }
+            ShapeRule::ClassLoss { spec, backward } => {
+                let (rows, classes) = (spec.rows as u64, spec.classes as u64);
+                expect(0, rows.checked_mul(classes), "input")?;
+                expect(1, Some(rows), "targets")?;
+                let mut next = 2;
+                if spec.weighted {
+                    expect(next, Some(classes), "weight")?;
+                    next += 1;
+                }
+                let loss = spec.outputs() as u64;
+                if backward {
+                    expect(next, Some(loss), "grad_output")?;
+                    expect(next + 1, rows.checked_mul(classes), "grad_input")
+                } else {
+                    expect(next, Some(loss), "out")
+                }
             }
         }
     }

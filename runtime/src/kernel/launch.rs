@@ -1,7 +1,7 @@
 //! Constructors of well-formed launches, one per kernel: bindings in the
 //! order of the kernel's signature.
 
-use cistern_kernels::{Activation, GemmSpec, MapOp, ScaleRule};
+use cistern_kernels::{Activation, ClassLossSpec, GemmSpec, MapOp, ScaleRule};
 
 use super::{Binding, Kernel, KernelLaunch};
 use crate::optimizer::SegmentTable;
@@ -155,5 +155,62 @@ impl KernelLaunch {
     ) -> Self {
         let kernel = Kernel::AmpUpdateScale { rule };
         Self::new(kernel, vec![found_inf, scale, tracker, skipped])
+    }
+
+    /// `Softmax`: `y ← softmax(x)` (or log-softmax) over each row of a
+    /// `rows×cols` matrix.
+    pub fn softmax(x: Binding, rows: u64, cols: u64, log: bool, y: Binding) -> Self {
+        Self::new(Kernel::Softmax { rows, cols, log }, vec![x, y])
+    }
+
+    /// `SoftmaxBackward`: the input's gradient from the output `y` and its
+    /// gradient.
+    pub fn softmax_backward(
+        y: Binding,
+        grad_output: Binding,
+        rows: u64,
+        cols: u64,
+        log: bool,
+        grad_input: Binding,
+    ) -> Self {
+        let kernel = Kernel::SoftmaxBackward { rows, cols, log };
+        Self::new(kernel, vec![y, grad_output, grad_input])
+    }
+
+    /// `ClassLoss`: the loss of `spec` over `input` and `targets` (`i32`
+    /// words), weighted by `weight` when given (which sets `spec.weighted`).
+    pub fn class_loss(
+        mut spec: ClassLossSpec,
+        input: Binding,
+        targets: Binding,
+        weight: Option<Binding>,
+        out: Binding,
+    ) -> Self {
+        spec.weighted = weight.is_some();
+        let bindings = [Some(input), Some(targets), weight, Some(out)];
+        let kernel = Kernel::ClassLoss(Box::new(spec));
+        Self::new(kernel, bindings.into_iter().flatten().collect())
+    }
+
+    /// `ClassLossBackward`: the input's gradient of the loss of `spec`,
+    /// given the loss's gradient; `weight` sets `spec.weighted`.
+    pub fn class_loss_backward(
+        mut spec: ClassLossSpec,
+        input: Binding,
+        targets: Binding,
+        weight: Option<Binding>,
+        grad_output: Binding,
+        grad_input: Binding,
+    ) -> Self {
+        spec.weighted = weight.is_some();
+        let bindings = [
+            Some(input),
+            Some(targets),
+            weight,
+            Some(grad_output),
+            Some(grad_input),
+        ];
+        let kernel = Kernel::ClassLossBackward(Box::new(spec));
+        Self::new(kernel, bindings.into_iter().flatten().collect())
     }
 }

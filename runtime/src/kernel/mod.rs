@@ -25,7 +25,9 @@ mod optimizer_step;
 pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
-use cistern_kernels::{Activation, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule};
+use cistern_kernels::{
+    Activation, ClassLossSpec, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::ids::BufferRef;
@@ -120,6 +122,35 @@ pub enum Kernel {
     /// is set; otherwise runs as step `count + 1` and advances the count.
     /// `step` and `found_inf` of its arguments are not used.
     OptimizerStepCounted(Box<OptimizerArgs>),
+    /// Softmax (or log-softmax) over each row of a row-major `rows×cols`
+    /// matrix: bindings `x`, `y`.
+    Softmax {
+        /// Rows of the matrix.
+        rows: u64,
+        /// Columns: the dimension normalised.
+        cols: u64,
+        /// Log-softmax rather than softmax.
+        log: bool,
+    },
+    /// The gradient of [`Kernel::Softmax`] from its output: bindings `y`,
+    /// `grad_output`, `grad_input` (`rows×cols` each).
+    SoftmaxBackward {
+        /// Rows of the matrix.
+        rows: u64,
+        /// Columns: the dimension normalised.
+        cols: u64,
+        /// Of log-softmax rather than softmax.
+        log: bool,
+    },
+    /// A class-index loss (cross-entropy from logits, NLL from
+    /// log-probabilities): bindings `input` (`rows×classes`), `targets`
+    /// (`rows` `i32` words), `weight` (`classes`, when weighted), `out`
+    /// (one element, or `rows` for no reduction). Boxed: rare and wide.
+    ClassLoss(Box<ClassLossSpec>),
+    /// Its gradient with respect to the input, in one pass: bindings
+    /// `input`, `targets`, `weight` (when weighted), `grad_output` (as long
+    /// as the loss), `grad_input` (`rows×classes`).
+    ClassLossBackward(Box<ClassLossSpec>),
 }
 
 impl Kernel {

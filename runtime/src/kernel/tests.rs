@@ -54,6 +54,17 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
             b,
         ),
     ];
+    for log in [false, true] {
+        launches.push(KernelLaunch::softmax(b, 1, 1, log, b));
+        launches.push(KernelLaunch::softmax_backward(b, b, 1, 1, log, b));
+    }
+    for spec in [
+        cistern_kernels::ClassLossSpec::cross_entropy(1, 1),
+        cistern_kernels::ClassLossSpec::nll(1, 1),
+    ] {
+        launches.push(KernelLaunch::class_loss(spec, b, b, Some(b), b));
+        launches.push(KernelLaunch::class_loss_backward(spec, b, b, None, b, b));
+    }
     for &op in MapOp::ALL {
         let definition = op.definition();
         let scalars = vec![1.0; definition.scalars.len()];

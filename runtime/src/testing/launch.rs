@@ -47,7 +47,11 @@ pub(super) fn run_launch(
         | Kernel::OptimizerStep(_)
         | Kernel::AmpUnscaleByDeviceScale
         | Kernel::AmpUpdateScale { .. }
-        | Kernel::OptimizerStepCounted(_) => {}
+        | Kernel::OptimizerStepCounted(_)
+        | Kernel::Softmax { .. }
+        | Kernel::SoftmaxBackward { .. }
+        | Kernel::ClassLoss(_)
+        | Kernel::ClassLossBackward(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

@@ -141,6 +141,29 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
         Kernel::OptimizerStepCounted(step) => {
             counted_step(&b, step, launch.bindings.len(), refused)?;
         }
+        &Kernel::Softmax { rows, cols, log } => {
+            let (rows, cols) = (index(rows)?, index(cols)?);
+            cistern_kernels::softmax(b.read(0)?, rows, cols, log, b.write(1)?).map_err(refused)?;
+        }
+        &Kernel::SoftmaxBackward { rows, cols, log } => {
+            let (rows, cols) = (index(rows)?, index(cols)?);
+            let (y, g, grad) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::softmax_backward(y, g, rows, cols, log, grad).map_err(refused)?;
+        }
+        Kernel::ClassLoss(spec) => {
+            let (input, targets) = (b.read(0)?, b.targets(1)?);
+            let weight = spec.weighted.then(|| b.read(2)).transpose()?;
+            let out = b.write(2 + usize::from(spec.weighted))?;
+            cistern_kernels::class_loss(spec, input, targets, weight, out).map_err(refused)?;
+        }
+        Kernel::ClassLossBackward(spec) => {
+            let (input, targets) = (b.read(0)?, b.targets(1)?);
+            let weight = spec.weighted.then(|| b.read(2)).transpose()?;
+            let next = 2 + usize::from(spec.weighted);
+            let (grad_output, grad) = (b.read(next)?, b.write(next + 1)?);
+            cistern_kernels::class_loss_backward(spec, input, targets, weight, grad_output, grad)
+                .map_err(refused)?;
+        }
     }
     Ok(())
 }
@@ -236,6 +259,11 @@ impl<'a> Bound<'a> {
     }
 
     fn read(&self, index: usize) -> Result<&'a [f32], KernelFault> {
+        bytemuck::try_cast_slice(self.bytes(index)?).map_err(|e| malformed(e.to_string()))
+    }
+
+    /// A binding of `i32` class indices.
+    fn targets(&self, index: usize) -> Result<&'a [i32], KernelFault> {
         bytemuck::try_cast_slice(self.bytes(index)?).map_err(|e| malformed(e.to_string()))
     }
 

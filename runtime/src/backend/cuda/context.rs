@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 21] = [
+const FUNCTIONS: [&str; 25] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -43,6 +43,10 @@ const FUNCTIONS: [&str; 21] = [
     "cistern_step_count_advance",
     "cistern_amp_unscale_by_device_scale",
     "cistern_amp_update_scale",
+    "cistern_softmax",
+    "cistern_softmax_backward",
+    "cistern_class_loss",
+    "cistern_class_loss_backward",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

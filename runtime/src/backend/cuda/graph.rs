@@ -105,7 +105,11 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::SegmentSumSquares { .. }
         | Kernel::AmpUnscale { .. }
         | Kernel::AmpUnscaleByDeviceScale
-        | Kernel::AmpUpdateScale { .. } => true,
+        | Kernel::AmpUpdateScale { .. }
+        | Kernel::Softmax { .. }
+        | Kernel::SoftmaxBackward { .. }
+        | Kernel::ClassLoss(_)
+        | Kernel::ClassLossBackward(_) => true,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 
-use cistern_kernels::{Activation, GemmSpec};
+use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, Reduction};
 use cistern_optim::OptimizerConfig;
 use cudarc::driver::sys::CUstream;
 
@@ -61,6 +61,25 @@ impl Arg {
             Arg::U32(value) => u64::from(value),
         }
     }
+}
+
+/// A class loss's arguments after its pointers (`classify.cu`): rows,
+/// classes, log-probabilities, reduction (0 none, 1 mean, 2 sum),
+/// ignore_index, label smoothing.
+fn class_loss_args(spec: &ClassLossSpec) -> [Arg; 6] {
+    let reduction = match spec.reduction {
+        Reduction::None => 0,
+        Reduction::Mean => 1,
+        Reduction::Sum => 2,
+    };
+    [
+        Arg::U64(spec.rows as u64),
+        Arg::U64(spec.classes as u64),
+        Arg::I32((spec.input == ClassInput::LogProbabilities).into()),
+        Arg::I32(reduction),
+        Arg::I32(spec.ignore_index),
+        Arg::F32(spec.label_smoothing),
+    ]
 }
 
 /// Rows and columns of C one `cistern_gemm` block computes (`gemm.cu`).
@@ -188,6 +207,61 @@ impl Launcher<'_> {
                     cols,
                     &[p(0)?, Arg::U64(rows), Arg::U64(cols), p(1)?],
                 )
+            }
+            &Kernel::Softmax { rows, cols, log } => {
+                let fits = rows.checked_mul(cols) == Some(b.same_floats(&[0, 1])?);
+                if !fits {
+                    return Err(refused("softmax: x is not rows×cols"));
+                }
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    Arg::U64(rows),
+                    Arg::U64(cols),
+                    Arg::I32(log.into()),
+                ];
+                self.stride("cistern_softmax", rows, &args)
+            }
+            &Kernel::SoftmaxBackward { rows, cols, log } => {
+                let fits = rows.checked_mul(cols) == Some(b.same_floats(&[0, 1, 2])?);
+                if !fits {
+                    return Err(refused("softmax_backward: y is not rows×cols"));
+                }
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    p(2)?,
+                    Arg::U64(rows),
+                    Arg::U64(cols),
+                    Arg::I32(log.into()),
+                ];
+                self.stride("cistern_softmax_backward", rows, &args)
+            }
+            Kernel::ClassLoss(spec) => {
+                let weight = if spec.weighted {
+                    p(2)?
+                } else {
+                    Arg::Pointer(0)
+                };
+                let out = p(2 + usize::from(spec.weighted))?;
+                let mut args = vec![p(0)?, p(1)?, weight, out];
+                args.extend(class_loss_args(spec));
+                let rows = spec.rows as u64;
+                match spec.reduction {
+                    Reduction::None => self.stride("cistern_class_loss", rows, &args),
+                    Reduction::Mean | Reduction::Sum => self.call("cistern_class_loss", 1, &args),
+                }
+            }
+            Kernel::ClassLossBackward(spec) => {
+                let weight = if spec.weighted {
+                    p(2)?
+                } else {
+                    Arg::Pointer(0)
+                };
+                let next = 2 + usize::from(spec.weighted);
+                let mut args = vec![p(0)?, p(1)?, weight, p(next)?, p(next + 1)?];
+                args.extend(class_loss_args(spec));
+                self.stride("cistern_class_loss_backward", spec.rows as u64, &args)
             }
             Kernel::MseLoss => {
                 let n = b.same_floats(&[0, 1])?;

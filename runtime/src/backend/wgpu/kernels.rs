@@ -5,7 +5,7 @@
 //! element-wise, a grid too large) is refused as `UnsupportedOperation`
 //! before anything runs, and the device stays healthy.
 
-use cistern_kernels::{Activation, MapOp};
+use cistern_kernels::{Activation, ClassInput, ClassLossSpec, MapOp, Reduction};
 use cistern_optim::{LambConfig, OptimizerConfig};
 
 use super::context::GpuContext;
@@ -58,6 +58,11 @@ const FORWARD: Entry = entry(Module::Elementwise, "forward", 2);
 const BACKWARD: Entry = entry(Module::Elementwise, "backward", 3);
 const COLUMN_SUM: Entry = entry(Module::Reduce, "column_sum", 2);
 const MSE_LOSS: Entry = entry(Module::Reduce, "mse_loss", 3);
+const SOFTMAX: Entry = entry(Module::Reduce, "softmax_rows", 2);
+const SOFTMAX_BACKWARD: Entry = entry(Module::Reduce, "softmax_rows_backward", 3);
+const CLASS_LOSS_ROWS: Entry = entry(Module::Reduce, "class_loss_rows", 4);
+const CLASS_LOSS_TOTAL: Entry = entry(Module::Reduce, "class_loss_total", 4);
+const CLASS_LOSS_BACKWARD: Entry = entry(Module::Reduce, "class_loss_backward", 5);
 const SEGMENT_SUM: Entry = Entry {
     table: true,
     ..entry(Module::Reduce, "segment_sum", 2)
@@ -181,7 +186,70 @@ impl GpuContext {
             Kernel::AmpUnscaleByDeviceScale => self.unscale_by_device_scale(&launch.bindings),
             Kernel::AmpUpdateScale { rule } => self.update_scale(rule, &launch.bindings),
             Kernel::OptimizerStepCounted(step) => self.counted_step(step, &launch.bindings),
+            &Kernel::Softmax { rows, cols, log } => {
+                let slices = [b(0)?, b(1)?];
+                let params = softmax_params(rows, cols, log).map_err(refused)?;
+                self.rows_dispatch(SOFTMAX, &slices, None, params)
+                    .map_err(refused)
+            }
+            &Kernel::SoftmaxBackward { rows, cols, log } => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                let params = softmax_params(rows, cols, log).map_err(refused)?;
+                self.rows_dispatch(SOFTMAX_BACKWARD, &slices, None, params)
+                    .map_err(refused)
+            }
+            Kernel::ClassLoss(spec) => {
+                let weight = spec.weighted.then(|| b(2)).transpose()?;
+                let out = b(2 + usize::from(spec.weighted))?;
+                let slices = [b(0)?, b(1)?, out];
+                let (entry, one_group) = match spec.reduction {
+                    Reduction::None => (CLASS_LOSS_ROWS, false),
+                    Reduction::Mean | Reduction::Sum => (CLASS_LOSS_TOTAL, true),
+                };
+                let params = class_loss_params(spec).map_err(refused)?;
+                let mut plan = self
+                    .rows_dispatch(entry, &slices, Some(weight), params)
+                    .map_err(refused)?;
+                if let (true, Plan::Dispatches(dispatches)) = (one_group, &mut plan) {
+                    dispatches.iter_mut().for_each(|d| d.groups = [1, 1, 1]);
+                }
+                Ok(plan)
+            }
+            Kernel::ClassLossBackward(spec) => {
+                let weight = spec.weighted.then(|| b(2)).transpose()?;
+                let next = 2 + usize::from(spec.weighted);
+                let slices = [b(0)?, b(1)?, b(next)?, b(next + 1)?];
+                let params = class_loss_params(spec).map_err(refused)?;
+                self.rows_dispatch(CLASS_LOSS_BACKWARD, &slices, Some(weight), params)
+                    .map_err(refused)
+            }
         }
+    }
+
+    /// One dispatch of a row-wise `entry`, one invocation per row
+    /// (`params.u[8]`), over `slices` in order; a class loss's optional
+    /// weight (`Some`) is bound third, a zero window where absent.
+    fn rows_dispatch(
+        &self,
+        entry: Entry,
+        slices: &[&GpuSlice],
+        weight: Option<Option<&GpuSlice>>,
+        params: Params,
+    ) -> Result<Plan<'static>, ServerError> {
+        let mut windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(weight) = weight {
+            let window = match weight {
+                Some(slice) => self.window(slice)?,
+                None => self.zero_window(),
+            };
+            windows.insert(2, window);
+        }
+        let rows = u64::from(params.u[8]);
+        let dispatch = self.dispatch(entry, windows, None, params, rows)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
     }
 
     pub(super) fn segment_sum(
@@ -210,6 +278,37 @@ impl GpuContext {
         dispatch.groups = self.groups_for(count * super::dispatch::WORKGROUP)?;
         Ok(Plan::Dispatches(vec![dispatch]))
     }
+}
+
+/// A softmax's parameters (`classify.wgsl`); a matrix whose elements do
+/// not fit a shader's u32 is unsupported.
+fn softmax_params(rows: u64, cols: u64, log: bool) -> Result<Params, ServerError> {
+    u32_of(rows.saturating_mul(cols))?;
+    let mut params = Params::new(0, &[]);
+    params.u[8] = u32_of(rows)?;
+    params.u[9] = u32_of(cols)?;
+    params.u[10] = if log { 4 } else { 0 };
+    Ok(params)
+}
+
+/// A class loss's parameters (`classify.wgsl`); a matrix whose elements
+/// do not fit a shader's u32 is unsupported.
+fn class_loss_params(spec: &ClassLossSpec) -> Result<Params, ServerError> {
+    let elements = (spec.rows as u64).saturating_mul(spec.classes as u64);
+    u32_of(elements)?;
+    let mut params = Params::new(0, &[spec.label_smoothing]);
+    params.u[8] = u32_of(spec.rows as u64)?;
+    params.u[9] = u32_of(spec.classes as u64)?;
+    let log_probabilities = spec.input == ClassInput::LogProbabilities;
+    params.u[10] = u32::from(spec.weighted) | (u32::from(log_probabilities) << 1);
+    params.u[11] = match spec.reduction {
+        Reduction::None => 0,
+        Reduction::Mean => 1,
+        Reduction::Sum => 2,
+    };
+    params.u[12] = spec.ignore_index as u32;
+    params.u[13] = f32::NAN.to_bits();
+    Ok(params)
 }
 
 /// `value` as a shader's u32, or an unsupported size.
