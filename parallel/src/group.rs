@@ -14,9 +14,9 @@ use crate::error::GroupError;
 /// One replica: a parameter store on one device of this process.
 #[derive(Debug)]
 pub struct Replica {
-    client: ComputeClient,
-    store: DeviceParamStore,
-    index: usize,
+    pub(crate) client: ComputeClient,
+    pub(crate) store: DeviceParamStore,
+    pub(crate) index: usize,
     count: usize,
 }
 
@@ -69,6 +69,10 @@ pub struct StepReport {
     pub examples: usize,
     /// An AMP step skipped for a non-finite gradient (by every replica).
     pub skipped: bool,
+    /// Replicas that failed during the step and were recovered in place
+    /// (their devices invalidated and probed, their stores rebuilt from a
+    /// healthy replica's state) before the step completed.
+    pub recovered: usize,
 }
 
 /// Replicas of one model, one per device of every process of the group,
@@ -77,13 +81,18 @@ pub struct StepReport {
 /// buckets, and every replica applies the same fused step.
 #[derive(Debug)]
 pub struct ReplicaGroup {
-    engine: Box<dyn Collective>,
-    replicas: Vec<Replica>,
+    pub(crate) engine: Box<dyn Collective>,
+    pub(crate) replicas: Vec<Replica>,
     buckets: Vec<Range<usize>>,
-    numel: usize,
+    pub(crate) numel: usize,
     ended: Option<String>,
     steps: u64,
+    recoveries: u64,
 }
+
+/// How often one step may recover failed replicas before the group gives
+/// up and ends: a device that faults again at once is not coming back.
+pub const MAX_RECOVERIES_PER_STEP: usize = 2;
 
 impl ReplicaGroup {
     /// A group over `clients` (this process's devices) and the devices of
@@ -147,6 +156,7 @@ impl ReplicaGroup {
             numel: flat.len(),
             ended: None,
             steps: 0,
+            recoveries: 0,
         })
     }
 
@@ -181,6 +191,11 @@ impl ReplicaGroup {
         self.steps
     }
 
+    /// Replicas recovered in place over the group's life.
+    pub fn recoveries(&self) -> u64 {
+        self.recoveries
+    }
+
     /// The buckets the gradients are reduced in, as ranges of `f32`s in
     /// the order they are reduced.
     pub fn buckets(&self) -> &[Range<usize>] {
@@ -198,9 +213,16 @@ impl ReplicaGroup {
     /// averaged over the global batch in buckets; then every replica
     /// applies the same step. Every process calls it with the same config.
     ///
-    /// A replica whose `work`, reduction or device fails makes the whole
-    /// group skip the step (no replica applies it) and end: the failed
-    /// replica's process gets `Replica`, the others `PeerFailed`.
+    /// A replica whose `work`, reduction or device fails makes every
+    /// replica drop the step; the failed replica's device is recovered in
+    /// place (invalidate and probe), its store rebuilt from a healthy
+    /// replica's parameters and optimizer state, and the step retried: no
+    /// step is lost ([`StepReport::recovered`]). A replica that fails in its
+    /// step kernel is rebuilt from a healthy one that applied it. Where
+    /// recovery is impossible (a device that stays down, no healthy
+    /// replica, more than [`MAX_RECOVERIES_PER_STEP`] in one step) the group
+    /// ends: the failed replica's process gets `Replica`, the others
+    /// `PeerFailed`, and every later call `Ended`.
     pub fn step<F>(&mut self, config: &OptimizerConfig, work: F) -> Result<StepReport, GroupError>
     where
         F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
@@ -274,20 +296,125 @@ impl ReplicaGroup {
         config
             .validate()
             .map_err(|error| GroupError::InvalidArgument(format!("the step's config: {error}")))?;
-        let mut outcomes = self.backward(&work);
-        let examples = self.vote(&outcomes)?;
+        let mut scaler = scaler;
+        let mut recovered = 0;
+        loop {
+            let attempt = match self.attempt(config, scaler.as_deref_mut(), &work) {
+                Ok(attempt) => attempt,
+                Err(error) => return Err(self.end(error)),
+            };
+            let (failed, local, applied) = match attempt {
+                Attempt::Done(report) => return Ok(self.count_step(report, recovered)),
+                Attempt::Failed {
+                    failed,
+                    local,
+                    applied,
+                } => (failed, local, applied),
+            };
+            let error = match local {
+                Some((replica, error)) => GroupError::Replica { replica, error },
+                None => GroupError::PeerFailed {
+                    replicas: failed.clone(),
+                },
+            };
+            if recovered >= MAX_RECOVERIES_PER_STEP {
+                return Err(self.end(error));
+            }
+            if let Err(why) = self.recover(&failed, config) {
+                return Err(self.end(match why {
+                    GroupError::Ended(why) => GroupError::Ended(format!("{error}; {why}")),
+                    other => other,
+                }));
+            }
+            recovered += failed.len();
+            self.recoveries += failed.len() as u64;
+            if let Some(report) = applied {
+                return Ok(self.count_step(report, recovered));
+            }
+        }
+    }
+
+    /// One try at a step: done, or the replicas that failed and whether
+    /// the healthy ones applied it.
+    fn attempt<F>(
+        &mut self,
+        config: &OptimizerConfig,
+        scaler: Option<&mut GradScaler>,
+        work: &F,
+    ) -> Result<Attempt, GroupError>
+    where
+        F: Fn(&mut Replica) -> Result<Shard, BackendError> + Sync,
+    {
+        let mut outcomes = self.backward(work);
+        let (examples, failed) = self.vote(&outcomes)?;
+        if !failed.is_empty() {
+            return Ok(self.dropped(failed, &outcomes));
+        }
         let reduced = self.reduce(&mut outcomes, examples.total)?;
         self.write(&mut outcomes, &reduced);
         // A replica that failed to give a bucket or take the mean fails the
         // step everywhere, before any replica steps.
-        self.vote(&outcomes)?;
-        let skipped = self.apply(config, scaler)?;
-        self.steps += u64::from(!skipped);
-        Ok(StepReport {
+        let (_, failed) = self.vote(&outcomes)?;
+        if !failed.is_empty() {
+            return Ok(self.dropped(failed, &outcomes));
+        }
+        let (stepped, skipped) = self.apply(config, scaler)?;
+        let report = StepReport {
             loss: examples.loss / examples.total.max(1) as f64,
             examples: examples.total,
             skipped,
+            recovered: 0,
+        };
+        // Every process learns which replicas failed in their step kernels.
+        let (_, failed) = self.vote(&stepped)?;
+        if failed.is_empty() {
+            return Ok(Attempt::Done(report));
+        }
+        Ok(Attempt::Failed {
+            local: self.first_local_error(&stepped),
+            failed,
+            applied: Some(report),
         })
+    }
+
+    /// The step dropped by every healthy replica (their parameters stay as
+    /// they were) after `failed` failed before it.
+    fn dropped(&mut self, failed: Vec<usize>, outcomes: &[Result<Shard, BackendError>]) -> Attempt {
+        for replica in &mut self.replicas {
+            let _ = replica.store.abandon_pending_forward();
+        }
+        Attempt::Failed {
+            local: self.first_local_error(outcomes),
+            failed,
+            applied: None,
+        }
+    }
+
+    fn first_local_error(
+        &self,
+        outcomes: &[Result<Shard, BackendError>],
+    ) -> Option<(usize, BackendError)> {
+        self.replicas
+            .iter()
+            .zip(outcomes)
+            .find_map(|(replica, outcome)| {
+                outcome.as_ref().err().map(|e| (replica.index, e.clone()))
+            })
+    }
+
+    /// A completed step counted.
+    fn count_step(&mut self, mut report: StepReport, recovered: usize) -> StepReport {
+        self.steps += u64::from(!report.skipped);
+        report.recovered = recovered;
+        report
+    }
+
+    /// Ends the group with `error`.
+    fn end(&mut self, error: GroupError) -> GroupError {
+        if self.ended.is_none() {
+            self.ended = Some(error.to_string());
+        }
+        error
     }
 
     /// Every local replica's forward and backward, concurrently when there
@@ -342,11 +469,13 @@ impl ReplicaGroup {
         Ok(reduced)
     }
 
-    /// The group's vote on the step: the weighted loss, the examples and
-    /// one failure flag per replica, summed over every process. Any flag
-    /// ends the group, on every process alike, and every healthy replica
-    /// drops the step.
-    fn vote(&mut self, outcomes: &[Result<Shard, BackendError>]) -> Result<Examples, GroupError> {
+    /// The group's vote: the weighted loss, the examples and one failure
+    /// flag per replica, summed over every process; the replicas that
+    /// failed, on every process alike.
+    pub(crate) fn vote(
+        &mut self,
+        outcomes: &[Result<Shard, BackendError>],
+    ) -> Result<(Examples, Vec<usize>), GroupError> {
         let count = self.count();
         let mut words = vec![0.0f32; 2 + count];
         for (replica, outcome) in self.replicas.iter().zip(outcomes) {
@@ -361,30 +490,11 @@ impl ReplicaGroup {
         self.engine
             .all_reduce_sum(std::slice::from_mut(&mut words))?;
         let failed: Vec<usize> = (0..count).filter(|&r| words[2 + r] > 0.0).collect();
-        if failed.is_empty() {
-            return Ok(Examples {
-                loss: f64::from(words[0]),
-                total: words[1] as usize,
-            });
-        }
-        for replica in &mut self.replicas {
-            // The step is dropped on every healthy replica: their parameters stay as they were.
-            let _ = replica.store.abandon_pending_forward();
-        }
-        let local = self
-            .replicas
-            .iter()
-            .zip(outcomes)
-            .find_map(|(replica, outcome)| outcome.as_ref().err().map(|e| (replica.index, e)));
-        let error = match local {
-            Some((replica, error)) => GroupError::Replica {
-                replica,
-                error: error.clone(),
-            },
-            None => GroupError::PeerFailed { replicas: failed },
+        let examples = Examples {
+            loss: f64::from(words[0]),
+            total: words[1] as usize,
         };
-        self.ended = Some(error.to_string());
-        Err(error)
+        Ok((examples, failed))
     }
 
     /// Writes the mean gradient into every healthy replica's staged
@@ -414,16 +524,17 @@ impl ReplicaGroup {
         }
     }
 
-    /// Steps every replica from the mean gradient it holds. With a scaler,
-    /// every replica decides the same skip (they step from the same bits);
-    /// the scaler takes the first replica's update. A replica that cannot
-    /// queue its step ends the group: the others may have stepped, and the
-    /// group refuses from then on.
+    /// Steps every replica from the mean gradient it holds: each
+    /// replica's outcome (`Ok` with no examples, or its failure) and
+    /// whether the step was skipped. With a scaler, every replica decides
+    /// the same skip (they step from the same bits); the scaler takes the
+    /// first healthy replica's update. Replicas that disagree on a skip
+    /// end the group.
     fn apply(
         &mut self,
         config: &OptimizerConfig,
         scaler: Option<&mut GradScaler>,
-    ) -> Result<bool, GroupError> {
+    ) -> Result<(Vec<Result<Shard, BackendError>>, bool), GroupError> {
         let template = scaler.as_deref().cloned();
         let stepped = on_each(self.replicas.iter_mut().collect(), |replica| {
             let mut own = template.clone();
@@ -434,19 +545,23 @@ impl ReplicaGroup {
                     .step_staged_amp(config, own)
                     .map_err(autodiff_to_backend),
             };
-            (replica.index, skipped, own)
+            (skipped, own)
         });
         let mut decisions = Vec::with_capacity(stepped.len());
         let mut updated = None;
-        for (local, outcome) in stepped.into_iter().enumerate() {
-            let (global, skipped, own) =
-                outcome.unwrap_or_else(|| (local, Err(panicked("its step")), None));
+        let mut outcomes = Vec::with_capacity(stepped.len());
+        for outcome in stepped {
+            let (skipped, own) = outcome.unwrap_or_else(|| (Err(panicked("its step")), None));
             match skipped {
-                Ok(skipped) => decisions.push(skipped),
-                Err(error) => return Err(self.end_with(global, error)),
-            }
-            if updated.is_none() {
-                updated = own;
+                Ok(skipped) => {
+                    decisions.push(skipped);
+                    updated = updated.or(own);
+                    outcomes.push(Ok(Shard {
+                        loss: 0.0,
+                        examples: 0,
+                    }));
+                }
+                Err(error) => outcomes.push(Err(error)),
             }
         }
         if let (Some(scaler), Some(own)) = (scaler, updated) {
@@ -454,12 +569,11 @@ impl ReplicaGroup {
         }
         let skipped = decisions.first().copied().unwrap_or(false);
         if decisions.iter().any(|&d| d != skipped) {
-            self.ended = Some("the replicas disagreed on an AMP skip".into());
             return Err(GroupError::Ended(
                 "the replicas disagreed on an AMP skip: their gradients differed".into(),
             ));
         }
-        Ok(skipped)
+        Ok((outcomes, skipped))
     }
 
     fn refuse_if_ended(&self) -> Result<(), GroupError> {
@@ -531,9 +645,23 @@ fn panicked(what: &str) -> BackendError {
 }
 
 /// The vote's sums.
-struct Examples {
+pub(crate) struct Examples {
     loss: f64,
     total: usize,
+}
+
+/// How one try at a step ended.
+enum Attempt {
+    /// Every replica applied it (or skipped it, under AMP).
+    Done(StepReport),
+    /// Replicas `failed` (this process's first, with its error, in
+    /// `local`); `applied` holds the step's report when the healthy
+    /// replicas applied it, `None` when none did.
+    Failed {
+        failed: Vec<usize>,
+        local: Option<(usize, BackendError)>,
+        applied: Option<StepReport>,
+    },
 }
 
 /// Every rank's `[layout digest, devices]` against rank 0's.

@@ -16,7 +16,8 @@ mod group;
 pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+mod recovery;
 
 pub use collective::{Collective, CollectiveError, InProcess};
 pub use error::GroupError;
-pub use group::{Replica, ReplicaGroup, Shard, StepReport};
+pub use group::{MAX_RECOVERIES_PER_STEP, Replica, ReplicaGroup, Shard, StepReport};

@@ -229,13 +229,62 @@ fn a_layout_that_differs_on_a_rank_is_refused_on_every_rank_naming_it() {
     assert_eq!(tagged(&launched.stdout, "REFUSED ").len(), 2);
 }
 
+/// 30 Adam steps of a group over `clients` and `engine`; its digests and
+/// recoveries.
+fn thirty_steps(
+    engine: Box<dyn Collective>,
+    clients: Vec<cistern_client::ComputeClient>,
+) -> (Vec<u64>, u64) {
+    let problem = problem(24);
+    let mut group = ok(ReplicaGroup::new(engine, clients, &problem.params), "group");
+    let config = every_family().remove(1);
+    for _ in 0..30 {
+        ok(
+            group.step(&config, |replica| work(&problem, replica, 1.0)),
+            "step",
+        );
+    }
+    assert_eq!(group.steps(), 30, "no step lost");
+    (ok(group.replica_digests(), "digests"), group.recoveries())
+}
+
 #[test]
-fn a_device_fault_on_one_rank_ends_the_group_on_every_rank_with_no_step_applied() {
+fn a_device_fault_on_one_rank_is_recovered_in_place_from_a_peer_and_no_step_is_lost() {
     if is_rank() {
         let engine = ok(Mpi::init(), "mpi");
         let rank = engine.rank();
         let faults = match rank {
             1 => FaultPlan::none().with_trap_at_launch(40),
+            _ => FaultPlan::none(),
+        };
+        let (digests, recoveries) = thirty_steps(Box::new(engine), vec![cpu_with(0, faults)]);
+        assert_eq!(digests[0], digests[1]);
+        println!("RECOVERED rank {rank}: {recoveries} {}", digests[0]);
+        return;
+    }
+    let launched = succeeded(
+        "a_device_fault_on_one_rank_is_recovered_in_place_from_a_peer_and_no_step_is_lost",
+        2,
+    );
+    let (clean, _) = thirty_steps(Box::new(InProcess), vec![cpu(0), cpu(1)]);
+    let lines = tagged(&launched.stdout, "RECOVERED ");
+    assert_eq!(lines.len(), 2, "{}", launched.stdout);
+    for line in lines {
+        // One recovery, and the parameters of a run that never faulted.
+        assert!(line.ends_with(&format!(": 1 {}", clean[0])), "{line}");
+    }
+}
+
+#[test]
+fn a_device_that_cannot_recover_ends_the_group_on_every_rank_with_no_step_applied() {
+    if is_rank() {
+        use cistern_runtime::ProbeFault;
+        let engine = ok(Mpi::init(), "mpi");
+        let rank = engine.rank();
+        let faults = match rank {
+            1 => FaultPlan::none()
+                .with_trap_at_launch(40)
+                .with_probe_faults([ProbeFault::Sticky]),
             _ => FaultPlan::none(),
         };
         let problem = problem(24);
@@ -251,10 +300,9 @@ fn a_device_fault_on_one_rank_ends_the_group_on_every_rank_with_no_step_applied(
                 Err(error) => break error,
             }
         };
-        match (rank, &error) {
-            (1, GroupError::Replica { replica: 1, .. }) => {}
-            (0, GroupError::PeerFailed { replicas }) => assert_eq!(replicas, &vec![1]),
-            _ => panic!("rank {rank}: {error:?}"),
+        match &error {
+            GroupError::Ended(why) => assert!(why.contains("[1] could not recover"), "{why}"),
+            other => panic!("rank {rank}: {other:?}"),
         }
         if rank == 0 {
             let kept = ok(group.replicas()[0].store().sync_to_host(), "kept");
@@ -268,7 +316,7 @@ fn a_device_fault_on_one_rank_ends_the_group_on_every_rank_with_no_step_applied(
         return;
     }
     let launched = succeeded(
-        "a_device_fault_on_one_rank_ends_the_group_on_every_rank_with_no_step_applied",
+        "a_device_that_cannot_recover_ends_the_group_on_every_rank_with_no_step_applied",
         2,
     );
     let lines = tagged(&launched.stdout, "ENDED ");
