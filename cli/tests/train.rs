@@ -317,6 +317,19 @@ fn two_cpu_devices_in_one_process_train_as_one_device_does() {
 }
 
 #[test]
+fn a_fault_injected_into_a_group_is_recovered_in_place_and_changes_nothing() {
+    let clean = group_summary(&["--devices", "cpu:0,cpu:1"]);
+    let faulted = group_summary(&["--devices", "cpu:0,cpu:1", "--inject-trap-at-launch", "200"]);
+    assert_eq!(clean["recovered_replicas"], 0);
+    assert_eq!(faulted["recovered_replicas"], 1, "{faulted}");
+    assert_eq!(faulted["steps"], clean["steps"], "no step lost");
+    assert_eq!(
+        faulted["val_mse"], clean["val_mse"],
+        "bit-identical training"
+    );
+}
+
+#[test]
 fn a_group_refuses_a_device_named_twice_a_batch_below_its_size_and_the_chain_step() {
     let twice = cistern(&["train", "--devices", "cpu:0,cpu:0"]);
     fails_with(&twice, "cpu:0 is named twice");

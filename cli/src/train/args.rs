@@ -195,7 +195,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub amp: bool,
     /// Inject a device trap at the Nth launch (to see the error path:
-    /// the report, the telemetry, the exit status).
+    /// the report, the telemetry, the exit status; in a replica group, on
+    /// the last device or rank, which the group recovers in place).
     #[arg(long, value_name = "N")]
     pub inject_trap_at_launch: Option<u64>,
     /// How each step runs [default: chain for sgd without --amp, else tape].

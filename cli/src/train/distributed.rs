@@ -28,7 +28,9 @@ pub fn placement(args: &TrainArgs, faults: &FaultPlan) -> Result<Option<Placemen
         let engine = engine(kind, Duration::from_secs_f64(args.peer_timeout))?;
         let device = crate::devices::choose(&args.device)?;
         let threads = cpu_share(device, ranks_on_this_host());
-        let client = open(device, threads, faults)?;
+        // An injected fault strikes the last rank alone: the others recover it.
+        let last = engine.rank() + 1 == engine.size();
+        let client = open(device, threads, &faults_if(last, faults))?;
         let label = format!("{device} x {} ranks ({})", engine.size(), engine.name());
         return Ok(Some(Placement {
             engine,
@@ -53,15 +55,28 @@ pub fn placement(args: &TrainArgs, faults: &FaultPlan) -> Result<Option<Placemen
         .iter()
         .filter(|d| matches!(d, Device::Cpu(_)))
         .count();
+    // An injected fault strikes the last device alone: the others recover it.
     let clients = devices
         .iter()
-        .map(|&device| open(device, cpu_share(device, cpus), faults))
+        .enumerate()
+        .map(|(n, &device)| {
+            let faults = faults_if(n + 1 == devices.len(), faults);
+            open(device, cpu_share(device, cpus), &faults)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some(Placement {
         engine: Box::new(InProcess),
         clients,
         label: args.devices.join(","),
     }))
+}
+
+/// `faults` where `injected`, else none.
+fn faults_if(injected: bool, faults: &FaultPlan) -> FaultPlan {
+    match injected {
+        true => faults.clone(),
+        false => FaultPlan::none(),
+    }
 }
 
 /// A CPU device's share of the cores when `sharing` replicas use them.

@@ -188,6 +188,7 @@ fn train(
         step: trainer.path(),
         amp: args.amp,
         skipped_steps: trainer.skipped(),
+        recovered_replicas: trainer.recoveries(),
     };
     keep(args, table, prepared, model)?;
     if let Some(path) = &args.plot {

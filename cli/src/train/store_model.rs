@@ -118,6 +118,14 @@ impl StoreModel {
         matches!(self.holder, Holder::Group(_))
     }
 
+    /// Replicas its group recovered in place (0 on one device).
+    pub fn recoveries(&self) -> u64 {
+        match &self.holder {
+            Holder::One(_) => 0,
+            Holder::Group(group) => group.recoveries(),
+        }
+    }
+
     /// How many replicas train it (1 on one device).
     pub fn replicas(&self) -> usize {
         match &self.holder {

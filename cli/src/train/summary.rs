@@ -54,6 +54,8 @@ pub struct Summary {
     pub amp: bool,
     /// AMP steps skipped for non-finite gradients (counted in `steps`).
     pub skipped_steps: u64,
+    /// Replicas of a group recovered in place after a fault (0 on one device).
+    pub recovered_replicas: u64,
 }
 
 impl Summary {
@@ -67,7 +69,13 @@ impl Summary {
                     self.dataset, self.train_rows, self.val_rows
                 ),
             ),
-            ("device", self.device.clone()),
+            (
+                "device",
+                match self.recovered_replicas {
+                    0 => self.device.clone(),
+                    n => format!("{} (recovered in place: {n}, no step lost)", self.device),
+                },
+            ),
             (
                 "model",
                 format!(

@@ -93,6 +93,11 @@ impl Trainer {
         &self.model
     }
 
+    /// Replicas its group recovered in place (0 on one device).
+    pub fn recoveries(&self) -> u64 {
+        self.model.recoveries()
+    }
+
     /// AMP steps skipped for non-finite gradients.
     pub fn skipped(&self) -> u64 {
         self.skipped
