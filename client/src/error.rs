@@ -391,6 +391,20 @@ impl AutodiffError {
     }
 }
 
+/// A tape error where a device error is wanted (a replica's work, a
+/// program's own step): its device error, or the same refusal under the
+/// device vocabulary.
+impl From<AutodiffError> for BackendError {
+    fn from(error: AutodiffError) -> Self {
+        match error {
+            AutodiffError::Backend(error) => error,
+            AutodiffError::ShapeMismatch(error) => BackendError::ShapeMismatch(error),
+            AutodiffError::TapeMismatch => BackendError::TapeMismatch,
+            other => BackendError::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
 impl From<BackendError> for AutodiffError {
     fn from(error: BackendError) -> Self {
         AutodiffError::Backend(error)

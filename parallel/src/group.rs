@@ -543,7 +543,7 @@ impl ReplicaGroup {
                 Some(own) => replica
                     .store
                     .step_staged_amp(config, own)
-                    .map_err(autodiff_to_backend),
+                    .map_err(BackendError::from),
             };
             (skipped, own)
         });
@@ -706,11 +706,4 @@ fn store_of(
     }
     let refs: Vec<&Tensor<f32>> = tensors.iter().collect();
     DeviceParamStore::new(&Tape::new(client), &refs)
-}
-
-fn autodiff_to_backend(error: cistern_client::AutodiffError) -> BackendError {
-    match error {
-        cistern_client::AutodiffError::Backend(error) => error,
-        other => BackendError::InvalidArgument(other.to_string()),
-    }
 }

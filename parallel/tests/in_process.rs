@@ -8,7 +8,7 @@ use cistern_optim::{GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig};
 use cistern_parallel::{GroupError, InProcess, ReplicaGroup};
 use cistern_runtime::FaultPlan;
 
-use common::{ROWS, cpu, cpu_with, every_family, ok, problem, work};
+use common::{ROWS, adam_steps, cpu, cpu_with, every_family, ok, problem, work};
 
 fn group(devices: usize, seed: u64) -> (ReplicaGroup, common::Problem) {
     let problem = problem(seed);
@@ -152,32 +152,15 @@ fn two_replicas_train_as_one_device_on_the_whole_batch_within_rounding() {
 /// The parameters after `steps` Adam steps of a group of two, cpu:1's
 /// device trapping at `trap` (none: no fault); the recoveries.
 fn train_with_a_trap_on_cpu_1(trap: Option<u64>, steps: usize) -> (Vec<f32>, u64, usize) {
-    let problem = problem(11);
     let faults = trap.map_or_else(FaultPlan::none, |n| {
         FaultPlan::none().with_trap_at_launch(n)
     });
     let clients = vec![cpu(0), cpu_with(1, faults)];
-    let mut group = ok(
-        ReplicaGroup::new(Box::new(InProcess), clients, &problem.params),
-        "group",
-    );
-    let config = every_family().remove(1);
-    let mut recovered = 0;
-    for _ in 0..steps {
-        let report = ok(
-            group.step(&config, |replica| work(&problem, replica, 1.0)),
-            "step",
-        );
-        recovered += report.recovered;
-    }
+    let (mut group, recovered) = adam_steps(Box::new(InProcess), clients, 11, steps);
     let digests = ok(group.replica_digests(), "digests");
     assert_eq!(digests[0], digests[1]);
-    assert_eq!(group.steps(), steps as u64, "no step lost");
-    (
-        flat(&ok(group.parameters(), "params")),
-        group.recoveries(),
-        recovered,
-    )
+    let params = flat(&ok(group.parameters(), "params"));
+    (params, group.recoveries(), recovered)
 }
 
 #[test]

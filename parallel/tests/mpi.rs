@@ -15,7 +15,7 @@ use cistern_parallel::mpi::{Mpi, PEER_LOST_EXIT_STATUS};
 use cistern_parallel::{Collective, CollectiveError, GroupError, InProcess, ReplicaGroup};
 use cistern_runtime::FaultPlan;
 
-use common::{cpu, cpu_with, every_family, ok, problem, work};
+use common::{adam_steps, cpu, cpu_with, every_family, ok, problem, work};
 
 /// The longest a launch may take before the test calls it a hang.
 const LAUNCH_LIMIT: Duration = Duration::from_secs(180);
@@ -235,16 +235,7 @@ fn thirty_steps(
     engine: Box<dyn Collective>,
     clients: Vec<cistern_client::ComputeClient>,
 ) -> (Vec<u64>, u64) {
-    let problem = problem(24);
-    let mut group = ok(ReplicaGroup::new(engine, clients, &problem.params), "group");
-    let config = every_family().remove(1);
-    for _ in 0..30 {
-        ok(
-            group.step(&config, |replica| work(&problem, replica, 1.0)),
-            "step",
-        );
-    }
-    assert_eq!(group.steps(), 30, "no step lost");
+    let (mut group, _) = adam_steps(engine, clients, 24, 30);
     (ok(group.replica_digests(), "digests"), group.recoveries())
 }
 

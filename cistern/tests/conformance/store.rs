@@ -403,10 +403,7 @@ pub fn a_replica_group_on_this_device_steps_as_a_lone_store(device: Device) {
             let store = replica.store_mut();
             let leaves = store.register_resident_params(&tape)?;
             let loss = loss(store, &tape, &leaves, &model);
-            store.backward(&tape, &loss).map_err(|e| match e {
-                cistern::client::AutodiffError::Backend(e) => e,
-                other => BackendError::InvalidArgument(other.to_string()),
-            })?;
+            store.backward(&tape, &loss).map_err(BackendError::from)?;
             Ok(Shard {
                 loss: 0.0,
                 examples: 8,

@@ -156,14 +156,10 @@ fn forward_backward(
     x: &Tensor<f32>,
     y: &Tensor<f32>,
 ) -> Result<f32, BackendError> {
-    let autodiff = |e: cistern_client::AutodiffError| match e {
-        cistern_client::AutodiffError::Backend(e) => e,
-        other => BackendError::InvalidArgument(other.to_string()),
-    };
     let tape = Tape::new(client);
     let leaves = store.register_resident_params(&tape)?;
-    let mut h = tape.upload(x).map_err(autodiff)?;
-    let target = tape.upload(y).map_err(autodiff)?;
+    let mut h = tape.upload(x).map_err(BackendError::from)?;
+    let target = tape.upload(y).map_err(BackendError::from)?;
     for (index, pair) in leaves.chunks(2).enumerate() {
         h = store.linear_forward_with_activation(
             &tape,
@@ -173,9 +169,9 @@ fn forward_backward(
             activation(index),
         )?;
     }
-    let loss = tape.mse_loss(&h, &target).map_err(autodiff)?;
-    store.backward(&tape, &loss).map_err(autodiff)?;
-    loss.item().map_err(autodiff)
+    let loss = tape.mse_loss(&h, &target).map_err(BackendError::from)?;
+    store.backward(&tape, &loss).map_err(BackendError::from)?;
+    loss.item().map_err(BackendError::from)
 }
 
 fn adam() -> OptimizerConfig {

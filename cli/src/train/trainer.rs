@@ -172,7 +172,7 @@ fn group_step(
         let (x, y) = (rows_of(features, &rows)?, rows_of(targets, &rows)?);
         let client = replica.client().clone();
         let loss = forward_backward(replica.store_mut(), &client, &activations, &x, &y, scale)
-            .map_err(to_backend)?;
+            .map_err(BackendError::from)?;
         Ok(Shard {
             loss,
             examples: rows.len(),
@@ -231,11 +231,4 @@ fn rows_of(matrix: &Tensor<f32>, rows: &Range<usize>) -> Result<Tensor<f32>, Bac
         .get(rows.start * width..rows.end * width)
         .ok_or_else(|| BackendError::InvalidArgument("a shard past the batch".into()))?;
     Ok(Tensor::new([rows.len(), width], data.to_vec())?)
-}
-
-fn to_backend(error: AutodiffError) -> BackendError {
-    match error {
-        AutodiffError::Backend(error) => error,
-        other => BackendError::InvalidArgument(other.to_string()),
-    }
 }

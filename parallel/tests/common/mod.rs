@@ -84,8 +84,8 @@ pub fn work(problem: &Problem, replica: &mut Replica, scale: f32) -> Result<Shar
     )?;
     let store = replica.store_mut();
     let leaves = store.register_resident_params(&tape)?;
-    let x = tape.upload(&x).map_err(autodiff)?;
-    let y = tape.upload(&y).map_err(autodiff)?;
+    let x = tape.upload(&x).map_err(BackendError::from)?;
+    let y = tape.upload(&y).map_err(BackendError::from)?;
     let h = store.linear_forward_with_activation(
         &tape,
         &x,
@@ -94,24 +94,17 @@ pub fn work(problem: &Problem, replica: &mut Replica, scale: f32) -> Result<Shar
         Activation::Tanh,
     )?;
     let pred = store.linear_forward(&tape, &h, &leaves[2], Some(&leaves[3]))?;
-    let loss = tape.mse_loss(&pred, &y).map_err(autodiff)?;
-    let value = loss.item().map_err(autodiff)?;
+    let loss = tape.mse_loss(&pred, &y).map_err(BackendError::from)?;
+    let value = loss.item().map_err(BackendError::from)?;
     let scaled = match scale {
         1.0 => loss,
-        _ => tape.scale(&loss, scale).map_err(autodiff)?,
+        _ => tape.scale(&loss, scale).map_err(BackendError::from)?,
     };
-    store.backward(&tape, &scaled).map_err(autodiff)?;
+    store.backward(&tape, &scaled).map_err(BackendError::from)?;
     Ok(Shard {
         loss: value,
         examples: rows.len(),
     })
-}
-
-pub fn autodiff(error: cistern_client::AutodiffError) -> BackendError {
-    match error {
-        cistern_client::AutodiffError::Backend(error) => error,
-        other => BackendError::InvalidArgument(other.to_string()),
-    }
 }
 
 /// One config of every family, with learning rates small enough for 200 steps.
@@ -146,4 +139,31 @@ pub fn every_family() -> Vec<OptimizerConfig> {
             ..Default::default()
         }),
     ]
+}
+
+/// A group over `engine` and `clients` holding problem `seed`'s parameters,
+/// after `steps` Adam steps, each of which must complete (no step lost);
+/// and the replicas the steps recovered in place.
+pub fn adam_steps(
+    engine: Box<dyn cistern_parallel::Collective>,
+    clients: Vec<ComputeClient>,
+    seed: u64,
+    steps: usize,
+) -> (cistern_parallel::ReplicaGroup, usize) {
+    let problem = problem(seed);
+    let mut group = ok(
+        cistern_parallel::ReplicaGroup::new(engine, clients, &problem.params),
+        "group",
+    );
+    let config = every_family().remove(1);
+    let mut recovered = 0;
+    for _ in 0..steps {
+        let report = ok(
+            group.step(&config, |replica| work(&problem, replica, 1.0)),
+            "step",
+        );
+        recovered += report.recovered;
+    }
+    assert_eq!(group.steps(), steps as u64, "no step lost");
+    (group, recovered)
 }
