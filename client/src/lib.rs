@@ -26,8 +26,12 @@ pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
 pub use store::{
-    ChainLayer, ChainLoss, DeviceAmpState, DeviceParamStore, OptimizerCheckpoint, ResidentInput,
-    ResidentLeaf, StoreCheckpoint, TrainStepLoss, argmax_rows,
+    CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_VERSION, CheckpointContents, CheckpointDir,
+    CheckpointError, ResumePoint, read_checkpoint, write_checkpoint,
+};
+pub use store::{
+    ChainLayer, ChainLoss, DeviceAmpCheckpoint, DeviceAmpState, DeviceParamStore,
+    OptimizerCheckpoint, ResidentInput, ResidentLeaf, StoreCheckpoint, TrainStepLoss, argmax_rows,
 };
 pub use tape::{
     BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,

@@ -9,6 +9,7 @@ mod store {
     mod chain_classify;
     mod chain_step;
     mod checkpoint;
+    mod checkpoint_file;
     mod checks;
     mod common;
     mod contracts;

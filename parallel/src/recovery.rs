@@ -136,6 +136,7 @@ impl ReplicaGroup {
                     config,
                     steps,
                     state,
+                    device_amp: None,
                 })
             }
         };

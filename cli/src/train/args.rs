@@ -211,6 +211,23 @@ pub struct TrainArgs {
     /// Save the trained model here (safetensors, written atomically).
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
+    /// Save a checkpoint every N steps (the parameters, the optimizer's
+    /// state, the step and the data order), atomically, into
+    /// --checkpoint-dir.
+    #[arg(long, value_name = "N")]
+    pub checkpoint_every: Option<u64>,
+    /// Where checkpoints go [default: the --resume directory].
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Checkpoints kept: the newest N.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub keep: usize,
+    /// Resume from the newest checkpoint in DIR that reads back whole (an
+    /// older one where the newest is damaged, saying so); with none there,
+    /// start at step 0. The run's other arguments must be those it was
+    /// started with.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
     /// Write the trained model's prediction for every row of the data, in
     /// input order, to this CSV file (as `predict` would write them).
     #[arg(long, value_name = "FILE")]
@@ -300,11 +317,48 @@ impl TrainArgs {
                 self.layers
             ));
         }
+        self.check_checkpoints()?;
         let lr = self.lr();
         if !(lr.is_finite() && lr > 0.0) {
             return Err(format!(
                 "--lr {lr}: the learning rate must be positive and finite"
             ));
+        }
+        Ok(())
+    }
+}
+
+impl TrainArgs {
+    /// The checkpoint directory in effect: --checkpoint-dir, else --resume's.
+    pub fn checkpoint_dir(&self) -> Option<&PathBuf> {
+        self.checkpoint_dir.as_ref().or(self.resume.as_ref())
+    }
+
+    fn check_checkpoints(&self) -> Result<(), String> {
+        if self.checkpoint_every == Some(0) {
+            return Err("--checkpoint-every 0: give a number of steps of at least 1".into());
+        }
+        if self.keep == 0 {
+            return Err("--keep 0: keep at least the newest checkpoint".into());
+        }
+        if self.checkpoint_every.is_some() && self.checkpoint_dir().is_none() {
+            return Err(
+                "--checkpoint-every needs a directory: --checkpoint-dir DIR (or --resume DIR)"
+                    .into(),
+            );
+        }
+        if self.checkpoint_dir.is_some() && self.checkpoint_every.is_none() {
+            return Err(
+                "--checkpoint-dir without --checkpoint-every: say how often to save".into(),
+            );
+        }
+        let checkpoints = self.checkpoint_every.is_some() || self.resume.is_some();
+        if checkpoints && self.is_group() {
+            return Err(
+                "--checkpoint-every and --resume train on one device: a replica group \
+                 (--devices, --distributed) cannot checkpoint yet"
+                    .into(),
+            );
         }
         Ok(())
     }

@@ -37,21 +37,22 @@ impl Batches {
         self.order.len() / self.batch
     }
 
+    /// Passes over the next `count` batches without gathering them: where
+    /// a resumed run's order stands after `count` steps.
+    pub fn skip(&mut self, count: u64) {
+        for _ in 0..count {
+            self.advance();
+        }
+    }
+
     /// The next batch of `part`: features `batch × width`, targets `batch × 1`.
     pub fn next(
         &mut self,
         part: &Part,
         width: usize,
     ) -> Result<(Tensor<f32>, Tensor<f32>), String> {
-        if self.next + self.batch > self.order.len() {
-            for i in (1..self.order.len()).rev() {
-                let j = self.rng.below(i as u64 + 1) as usize;
-                self.order.swap(i, j);
-            }
-            self.next = 0;
-        }
-        let rows = &self.order[self.next..self.next + self.batch];
-        self.next += self.batch;
+        let start = self.advance();
+        let rows = &self.order[start..start + self.batch];
         let features = rows
             .iter()
             .flat_map(|&r| part.features[r * width..(r + 1) * width].iter().copied())
@@ -63,5 +64,19 @@ impl Batches {
             shaped([self.batch, width], features)?,
             shaped([self.batch, 1], targets)?,
         ))
+    }
+
+    /// Where the next batch starts in the order, shuffled anew at the end
+    /// of a pass.
+    fn advance(&mut self) -> usize {
+        if self.next + self.batch > self.order.len() {
+            for i in (1..self.order.len()).rev() {
+                let j = self.rng.below(i as u64 + 1) as usize;
+                self.order.swap(i, j);
+            }
+            self.next = 0;
+        }
+        self.next += self.batch;
+        self.next - self.batch
     }
 }

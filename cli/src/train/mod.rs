@@ -12,6 +12,7 @@
 
 mod args;
 mod batches;
+mod checkpoints;
 mod classify;
 pub(crate) mod csv_file;
 mod data;

@@ -39,13 +39,6 @@ impl Output {
         Output::Silent
     }
 
-    /// The run's first line (JSON only): what is about to train.
-    pub fn start(&self, fields: serde_json::Value) {
-        if let Output::Json = self {
-            println!("{fields}");
-        }
-    }
-
     /// After each step.
     pub fn step(&self, step: u64, loss: f64, steps_per_s: f64) {
         if let Output::Bar(bar) = self {
@@ -73,6 +66,25 @@ impl Output {
                 "loss {train_loss:.4}  val {val_mse:.4}  {steps_per_s:.0} steps/s"
             )),
             Output::Silent => {}
+        }
+    }
+
+    /// A line about the run (a resume, a checkpoint): `fields` as JSON, or
+    /// `text` above the bar (on stderr where the bar is hidden).
+    pub fn notice(&self, fields: serde_json::Value, text: &str) {
+        match self {
+            Output::Json => println!("{fields}"),
+            Output::Bar(bar) if bar.is_hidden() => eprintln!("{text}"),
+            Output::Bar(bar) => bar.println(text),
+            Output::Silent => {}
+        }
+    }
+
+    /// A record for JSON lines only (what is about to train, a checkpoint
+    /// saved): the bar stays quiet.
+    pub fn record(&self, fields: serde_json::Value) {
+        if let Output::Json = self {
+            println!("{fields}");
         }
     }
 

@@ -1,7 +1,9 @@
 //! The model on the device: its parameters in one `DeviceParamStore`, and
 //! the device chain over them that predicts.
 
-use cistern_client::{ChainLayer, ComputeClient, DeviceParamStore, ResidentLeaf, Tape, Tensor};
+use cistern_client::{
+    ChainLayer, ComputeClient, DeviceParamStore, ResidentLeaf, StoreCheckpoint, Tape, Tensor,
+};
 use cistern_parallel::ReplicaGroup;
 use cistern_runtime::Activation;
 
@@ -43,6 +45,22 @@ impl StoreModel {
         let refs: Vec<&Tensor<f32>> = tensors.iter().collect();
         let tape = Tape::new(client);
         let store = DeviceParamStore::new(&tape, &refs)?;
+        Ok(StoreModel {
+            layout,
+            client: client.clone(),
+            holder: Holder::One(Box::new(store)),
+        })
+    }
+
+    /// A store on `client`'s device restored from `checkpoint` (its
+    /// parameters and optimizer state), whose next step is the
+    /// checkpointed store's.
+    pub fn restore(
+        client: &ComputeClient,
+        layout: Layout,
+        checkpoint: &StoreCheckpoint,
+    ) -> Result<Self, Failure> {
+        let store = DeviceParamStore::restore(&Tape::new(client), checkpoint)?;
         Ok(StoreModel {
             layout,
             client: client.clone(),

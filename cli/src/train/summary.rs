@@ -56,6 +56,12 @@ pub struct Summary {
     pub skipped_steps: u64,
     /// Replicas of a group recovered in place after a fault (0 on one device).
     pub recovered_replicas: u64,
+    /// The step a `--resume` started from (`None`: a run from step 0).
+    pub resumed_at: Option<u64>,
+    /// Checkpoints saved by this run.
+    pub checkpoints: u64,
+    /// Seconds spent saving them (outside `train_seconds`).
+    pub checkpoint_seconds: f64,
 }
 
 impl Summary {
@@ -99,9 +105,22 @@ impl Summary {
             ),
             (
                 "steps",
+                match self.resumed_at {
+                    None => format!(
+                        "{} in {:.2} s ({:.0} steps/s)",
+                        self.steps, self.train_seconds, self.steps_per_s
+                    ),
+                    Some(at) => format!(
+                        "{} (resumed at step {at}) in {:.2} s ({:.0} steps/s)",
+                        self.steps, self.train_seconds, self.steps_per_s
+                    ),
+                },
+            ),
+            (
+                "checkpoints",
                 format!(
-                    "{} in {:.2} s ({:.0} steps/s)",
-                    self.steps, self.train_seconds, self.steps_per_s
+                    "{} saved in {:.2} s",
+                    self.checkpoints, self.checkpoint_seconds
                 ),
             ),
             ("train MSE", format!("{:.4}", self.train_mse)),
@@ -126,6 +145,9 @@ impl Summary {
             ("total time", format!("{:.2} s", self.seconds)),
         ];
         for (name, value) in rows {
+            if name == "checkpoints" && self.checkpoints == 0 {
+                continue;
+            }
             println!("{name:<15} {value}");
         }
     }

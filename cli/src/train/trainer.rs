@@ -103,6 +103,34 @@ impl Trainer {
         self.skipped
     }
 
+    /// The AMP scaler as it stands (with --amp).
+    pub fn scaler(&self) -> Option<&GradScaler> {
+        match &self.step {
+            Step::Chain(_) => None,
+            Step::Tape(_, scaler) | Step::Group(_, scaler) => scaler.as_ref(),
+        }
+    }
+
+    /// Carries on a checkpointed run: its scaler and skip count. A scaler
+    /// where this run has none, or none where it has one, is refused.
+    pub fn resume(&mut self, scaler: Option<GradScaler>, skipped: u64) -> Result<(), Failure> {
+        let mine = match &mut self.step {
+            Step::Chain(_) => None,
+            Step::Tape(_, scaler) | Step::Group(_, scaler) => scaler.as_mut(),
+        };
+        match (mine, scaler) {
+            (Some(mine), Some(saved)) => *mine = saved,
+            (None, None) => {}
+            _ => {
+                return Err(Failure::Usage(
+                    "--resume: the checkpoint's AMP scaler does not fit this run's --amp".into(),
+                ));
+            }
+        }
+        self.skipped = skipped;
+        Ok(())
+    }
+
     /// The path's name, as the summary shows it.
     pub fn path(&self) -> &'static str {
         match &self.step {

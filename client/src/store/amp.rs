@@ -132,7 +132,7 @@ impl DeviceParamStore {
     /// The store's AMP words (the found-inf flag, then the device form's
     /// scale, growth tracker, skip count and step count), reserved on
     /// first use.
-    fn reserved_amp_words(&mut self) -> Result<Buffer, BackendError> {
+    pub(super) fn reserved_amp_words(&mut self) -> Result<Buffer, BackendError> {
         if let Some(words) = self.state.amp_words() {
             return Ok(words.clone());
         }
@@ -265,7 +265,7 @@ impl DeviceParamStore {
                     ))
                 })?;
                 let words = self.reserved_amp_words()?;
-                self.seed(&words, scaler, steps)?;
+                self.seed_amp_words(&words, scaler.scale(), scaler.growth_tracker(), 0, steps)?;
                 prepared.device_amp = Some(rule);
             }
         }
@@ -293,13 +293,20 @@ impl DeviceParamStore {
         Ok(())
     }
 
-    /// Writes the device form's starting words: `scaler`'s scale and
-    /// tracker, no skips, `steps` applied.
-    fn seed(&self, words: &Buffer, scaler: &GradScaler, steps: u32) -> Result<(), BackendError> {
+    /// Writes the device form's words: the scale, the tracker, the skips
+    /// and the steps applied.
+    pub(super) fn seed_amp_words(
+        &self,
+        words: &Buffer,
+        scale: f32,
+        tracker: u32,
+        skipped: u32,
+        steps: u32,
+    ) -> Result<(), BackendError> {
         let mut bytes = Vec::with_capacity(16);
-        bytes.extend(scaler.scale().to_ne_bytes());
-        bytes.extend(scaler.growth_tracker().to_ne_bytes());
-        bytes.extend(0u32.to_ne_bytes());
+        bytes.extend(scale.to_ne_bytes());
+        bytes.extend(tracker.to_ne_bytes());
+        bytes.extend(skipped.to_ne_bytes());
         bytes.extend(steps.to_ne_bytes());
         self.client
             .write_on(self.stream.id, words, SCALE, &bytes)

@@ -2,9 +2,10 @@
 //! downloaded as a [`StoreCheckpoint`], and a store restored from one on
 //! any device, whose next step is the original's, bit for bit.
 
-use cistern_optim::OptimizerConfig;
-use cistern_runtime::AllocationPolicy;
+use cistern_optim::{GradScalerConfig, OptimizerConfig};
+use cistern_runtime::{AllocationPolicy, ScaleRule};
 
+use super::amp::DeviceAmpState;
 use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
 use crate::compute::{Buffer, f32_bytes};
@@ -34,34 +35,51 @@ pub struct OptimizerCheckpoint {
     /// One buffer per entry of the config's state layout, in its order,
     /// each as long as the parameters.
     pub state: Vec<Vec<f32>>,
+    /// The device form of AMP's words, once a
+    /// [`step_amp_on_device`](DeviceParamStore::step_amp_on_device) ran.
+    pub device_amp: Option<DeviceAmpCheckpoint>,
+}
+
+/// The device form of AMP as it stood: its rule (fixed by its first step)
+/// and its words (scale, tracker, skips, steps).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceAmpCheckpoint {
+    /// The scale's multiplier after `growth_interval` clean steps.
+    pub growth_factor: f64,
+    /// The scale's multiplier after a skipped step.
+    pub backoff_factor: f64,
+    /// Clean steps before the scale grows.
+    pub growth_interval: u32,
+    /// The words the device held.
+    pub state: DeviceAmpState,
 }
 
 impl DeviceParamStore {
-    /// The store's parameters and optimizer state, downloaded once every
-    /// queued step ran (a failed one latches the store and is returned).
-    /// A store whose step count is on the device (an AMP step with no
-    /// synchronisation ran) is `InvalidArgument`: its checkpoint would
-    /// lack the device's scale and count.
+    /// The store's parameters and optimizer state (with the device form
+    /// of AMP's words), downloaded once every queued step ran (a failed
+    /// one latches the store and is returned).
     pub fn checkpoint(&self) -> Result<StoreCheckpoint, BackendError> {
         self.enter()?;
         let optimizer = match self.state.optimizer() {
             None => None,
-            Some(run) if run.device_amp.is_some() => {
-                return Err(BackendError::InvalidArgument(
-                    "this store's step count is on the device (an AMP step with no \
-                     synchronisation ran): a checkpoint needs synchronising steps"
-                        .into(),
-                ));
+            Some(run) => {
+                let device_amp = match run.device_amp {
+                    None => None,
+                    Some(rule) => Some(self.device_amp_checkpoint(rule)?),
+                };
+                Some(OptimizerCheckpoint {
+                    config: run.config.clone(),
+                    steps: device_amp
+                        .as_ref()
+                        .map_or(run.steps, |amp| u64::from(amp.state.steps)),
+                    state: run
+                        .state
+                        .iter()
+                        .map(|buffer| self.download_floats(buffer))
+                        .collect::<Result<_, _>>()?,
+                    device_amp,
+                })
             }
-            Some(run) => Some(OptimizerCheckpoint {
-                config: run.config.clone(),
-                steps: run.steps,
-                state: run
-                    .state
-                    .iter()
-                    .map(|buffer| self.download_floats(buffer))
-                    .collect::<Result<_, _>>()?,
-            }),
         };
         Ok(StoreCheckpoint {
             shapes: self.shapes(),
@@ -89,14 +107,44 @@ impl DeviceParamStore {
                 .iter()
                 .map(|values| store.upload_floats(values))
                 .collect::<Result<Vec<Buffer>, _>>()?;
+            let device_amp = match &optimizer.device_amp {
+                None => None,
+                Some(amp) => {
+                    let words = store.reserved_amp_words()?;
+                    let DeviceAmpState {
+                        scale,
+                        growth_tracker,
+                        skipped,
+                        steps,
+                    } = amp.state;
+                    store.seed_amp_words(&words, scale, growth_tracker, skipped, steps)?;
+                    Some(ScaleRule {
+                        growth_factor: amp.growth_factor,
+                        backoff_factor: amp.backoff_factor,
+                        growth_interval: amp.growth_interval,
+                    })
+                }
+            };
             store.state.restore_optimizer(OptimizerRun {
                 config: optimizer.config.clone(),
                 state,
                 steps: optimizer.steps,
-                device_amp: None,
+                device_amp,
             });
         }
         Ok(store)
+    }
+
+    fn device_amp_checkpoint(&self, rule: ScaleRule) -> Result<DeviceAmpCheckpoint, BackendError> {
+        let state = self.device_amp_state()?.ok_or_else(|| {
+            BackendError::InvalidArgument("the store's device AMP words are missing".into())
+        })?;
+        Ok(DeviceAmpCheckpoint {
+            growth_factor: rule.growth_factor,
+            backoff_factor: rule.backoff_factor,
+            growth_interval: rule.growth_interval,
+            state,
+        })
     }
 
     fn download_floats(&self, buffer: &Buffer) -> Result<Vec<f32>, BackendError> {
@@ -150,6 +198,9 @@ fn check_optimizer(
     optimizer.config.validate().map_err(|error| {
         BackendError::InvalidArgument(format!("checkpoint optimizer config: {error}"))
     })?;
+    if let Some(amp) = &optimizer.device_amp {
+        check_device_amp(amp, optimizer)?;
+    }
     let layout = optimizer.config.state_layout().buffers;
     if layout.len() != optimizer.state.len() {
         return Err(BackendError::InvalidArgument(format!(
@@ -168,4 +219,38 @@ fn check_optimizer(
         }
     }
     Ok(optimizer)
+}
+
+/// The device AMP part's checks: an AMP family, a valid rule and scale,
+/// and the optimizer's step count.
+fn check_device_amp(
+    amp: &DeviceAmpCheckpoint,
+    optimizer: &OptimizerCheckpoint,
+) -> Result<(), BackendError> {
+    let refuse = |what: String| Err(BackendError::InvalidArgument(what));
+    if !matches!(
+        optimizer.config,
+        OptimizerConfig::Sgd(_) | OptimizerConfig::Adam(_) | OptimizerConfig::AdamW(_)
+    ) {
+        return refuse(format!(
+            "checkpoint device_amp: {} has no AMP step (sgd, adam or adamw)",
+            optimizer.config.name()
+        ));
+    }
+    let config = GradScalerConfig {
+        init_scale: f64::from(amp.state.scale),
+        growth_factor: amp.growth_factor,
+        backoff_factor: amp.backoff_factor,
+        growth_interval: amp.growth_interval,
+    };
+    if let Err(error) = config.validate() {
+        return refuse(format!("checkpoint device_amp: {error}"));
+    }
+    if u64::from(amp.state.steps) != optimizer.steps {
+        return refuse(format!(
+            "checkpoint device_amp: {} steps on the device, the optimizer's count is {}",
+            amp.state.steps, optimizer.steps
+        ));
+    }
+    Ok(())
 }

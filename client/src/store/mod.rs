@@ -23,6 +23,8 @@ mod backward;
 mod chain;
 mod chain_step;
 mod checkpoint;
+mod checkpoint_dir;
+mod checkpoint_file;
 mod families;
 mod forward;
 mod readers;
@@ -32,6 +34,11 @@ mod step;
 pub use amp::DeviceAmpState;
 pub use chain::{ChainLayer, ResidentInput, argmax_rows};
 pub use chain_step::{ChainLoss, TrainStepLoss};
-pub use checkpoint::{OptimizerCheckpoint, StoreCheckpoint};
+pub use checkpoint::{DeviceAmpCheckpoint, OptimizerCheckpoint, StoreCheckpoint};
+pub use checkpoint_dir::{CheckpointDir, ResumePoint};
+pub use checkpoint_file::{
+    CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_VERSION, CheckpointContents, CheckpointError,
+    read_checkpoint, write_checkpoint,
+};
 pub use forward::ResidentLeaf;
 pub use store::DeviceParamStore;

@@ -221,3 +221,63 @@ fn a_store_without_a_device_form_step_has_no_device_amp_state() {
     let store = store(&client, &model(0xA3));
     assert_eq!(ok(store.device_amp_state(), "state"), None);
 }
+
+#[test]
+fn a_device_amp_store_restored_from_its_checkpoint_file_goes_on_bit_for_bit() {
+    let client = open();
+    let config = OptimizerConfig::Adam(AdamConfig::default());
+    let mut original = store(&client, &model(0xA3));
+    let device_step = |store: &mut DeviceParamStore, step: u64| {
+        let scale = ok(store.device_amp_state(), "state").map_or(scaler().scale(), |s| s.scale);
+        let tape = Tape::new(&client);
+        step_on(
+            store,
+            &tape,
+            scale,
+            poisoned_value(step),
+            |store, gradients| {
+                ok(
+                    on_device(store, gradients, &config, &scaler()),
+                    "device step",
+                )
+            },
+        );
+    };
+    for step in 1..=7 {
+        device_step(&mut original, step);
+    }
+    let checkpoint = ok(original.checkpoint(), "checkpoint");
+    let saved = checkpoint
+        .optimizer
+        .as_ref()
+        .and_then(|o| o.device_amp.clone());
+    let saved = saved.unwrap_or_else(|| panic!("the checkpoint lacks the device AMP words"));
+    assert_eq!(
+        (saved.state.steps, saved.state.skipped),
+        (4, 3),
+        "3 of 7 skipped"
+    );
+    let mut file = Vec::new();
+    ok(
+        cistern_client::write_checkpoint(&mut file, &checkpoint, &serde_json::json!({})),
+        "write",
+    );
+    let read = ok(cistern_client::read_checkpoint(&file), "read");
+    assert_eq!(read.store, checkpoint);
+    let mut restored = ok(
+        DeviceParamStore::restore(&Tape::new(&client), &read.store),
+        "restore",
+    );
+    for step in 8..=14 {
+        device_step(&mut original, step);
+        device_step(&mut restored, step);
+    }
+    assert_eq!(
+        ok(restored.checkpoint(), "restored"),
+        ok(original.checkpoint(), "original")
+    );
+    assert_eq!(
+        ok(restored.device_amp_state(), "restored state"),
+        ok(original.device_amp_state(), "original state")
+    );
+}

@@ -57,6 +57,13 @@ pub fn run_command(args: &TrainArgs) -> Result<(), String> {
     if args.amp {
         return Err("--amp trains regressors only for now: drop --amp for --task classify".into());
     }
+    if args.checkpoint_every.is_some() || args.resume.is_some() {
+        return Err(
+            "--checkpoint-every / --resume checkpoint regressors only for now: \
+                    drop them for --task classify"
+                .into(),
+        );
+    }
     let table = load(args)?;
     let mut prepared = prep::prepare(&table.as_table(), args.validation, args.seed)?;
     // The batches carry the class indices, not standardised targets.
@@ -138,7 +145,7 @@ fn train(
         .steps
         .unwrap_or(args.epochs * batches.per_epoch() as u64);
     let output = Output::new(args.json, steps);
-    output.start(json!({
+    output.record(json!({
         "event": "start",
         "task": "classify",
         "dataset": table.name,
