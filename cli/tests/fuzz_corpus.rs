@@ -182,6 +182,11 @@ fn saved_models_survive_their_corpus_and_its_mutations() {
 }
 
 #[test]
+fn checkpoint_files_survive_their_corpus_and_its_mutations() {
+    exercise("checkpoint_file");
+}
+
+#[test]
 fn every_target_has_a_corpus_and_a_cargo_fuzz_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     for target in TARGETS {

@@ -5,10 +5,15 @@
 //! and a seeded sequence of training steps, abandoned forwards, refused
 //! steps of another family and AMP steps with non-finite gradients.
 //!
+//! Some actions checkpoint the store through a checkpoint file and carry
+//! on with a store restored from it.
+//!
 //! After every step the store either reads back the reference's post-step
 //! values (within `cistern_optim::parity`'s tolerance, the step count
 //! equal) or refuses every call with `StorePoisoned`; a refused store is
-//! rebuilt from its last good values on a recovered device.
+//! restored from its last checkpoint (the reference rewound with it), or
+//! rebuilt from its last good values where none was taken, on a recovered
+//! device.
 //!
 //! It drives the real `ComputeClient` on `Device::Cpu(0)`: the store is
 //! built on the client's public API and cannot run over `ServerCore`
@@ -22,7 +27,8 @@
 mod common;
 
 use cistern_client::{
-    AutodiffError, BackendError, ComputeClient, DeviceParamStore, Gradients, Tape, Tensor,
+    AutodiffError, BackendError, ComputeClient, DeviceParamStore, Gradients, StoreCheckpoint, Tape,
+    Tensor, read_checkpoint, write_checkpoint,
 };
 use cistern_memory::SplitMix64;
 use cistern_optim::OptimizerConfig::{self, Adagrad, Adam, AdamW, Lamb, RmsProp, Sgd};
@@ -49,6 +55,18 @@ struct Counts {
     operation_local: u64,
     poisoned: u64,
     recoveries: u64,
+    restores: u64,
+    recovered_from_checkpoint: u64,
+}
+
+/// A checkpoint that read back whole, and the reference as it stood.
+#[derive(Clone)]
+struct Saved {
+    checkpoint: StoreCheckpoint,
+    reference: ReferenceState,
+    reference_steps: u64,
+    scaler: GradScaler,
+    host_scaler: GradScaler,
 }
 
 /// One seed's world: the client, the store and the reference beside it.
@@ -65,6 +83,8 @@ struct Sim {
     host_scaler: GradScaler,
     /// The values the store last read back, to rebuild it from.
     last_good: Vec<Tensor<f32>>,
+    /// The last checkpoint, to restore from.
+    saved: Option<Saved>,
     counts: Counts,
     /// Every outcome, in order: the run's trace.
     trace: Vec<String>,
@@ -184,6 +204,7 @@ impl Sim {
             rng,
             reference: ReferenceState::new(&config, flat(&model.params)),
             last_good: model.params.clone(),
+            saved: None,
             client,
             model,
             config,
@@ -200,9 +221,10 @@ impl Sim {
     /// One seeded action, then the invariant.
     fn step(&mut self) -> Result<(), Failure> {
         let outcome = match self.rng.below(100) {
-            0..75 => self.train(false),
-            75..85 => self.train(true),
-            _ => self.abandon(),
+            0..70 => self.train(false),
+            70..80 => self.train(true),
+            80..92 => self.abandon(),
+            _ => self.checkpoint_and_restore(),
         };
         self.trace.push(format!("{outcome:?}"));
         if let Err(error) = &outcome
@@ -325,6 +347,34 @@ impl Sim {
         Ok(())
     }
 
+    /// The store's checkpoint, through a file and back, restored into a
+    /// new store that replaces it; kept, with the reference, to recover
+    /// from. A failed restore leaves the store as it was.
+    fn checkpoint_and_restore(&mut self) -> Result<(), BackendError> {
+        let checkpoint = self.store.checkpoint()?;
+        let unknown =
+            |error: cistern_client::CheckpointError| BackendError::Unknown(error.to_string());
+        let mut file = Vec::new();
+        let run = serde_json::json!({"steps": self.reference_steps});
+        write_checkpoint(&mut file, &checkpoint, &run).map_err(unknown)?;
+        let read = read_checkpoint(&file).map_err(unknown)?;
+        if read.store != checkpoint || read.run != run {
+            return Err(BackendError::Unknown(
+                "the checkpoint file changed the checkpoint".into(),
+            ));
+        }
+        self.store = DeviceParamStore::restore(&Tape::new(&self.client), &read.store)?;
+        self.saved = Some(Saved {
+            checkpoint: read.store,
+            reference: self.reference.clone(),
+            reference_steps: self.reference_steps,
+            scaler: self.scaler.clone(),
+            host_scaler: self.host_scaler.clone(),
+        });
+        self.counts.restores += 1;
+        Ok(())
+    }
+
     /// The store reads back the reference's values, or refuses every call
     /// and is rebuilt.
     fn check(&mut self) -> Result<(), Failure> {
@@ -402,14 +452,26 @@ impl Sim {
         )
     }
 
-    /// Invalidates a poisoned device and rebuilds the store from its last
-    /// good values, with a fresh optimizer state and reference.
+    /// Invalidates a poisoned device and restores the store from its last
+    /// checkpoint, rewinding the reference with it; without one, rebuilds
+    /// it from its last good values with a fresh optimizer state and
+    /// reference.
     fn recover(&mut self) -> Result<(), Failure> {
         if let Ok(ContextState::Poisoned { generation, .. }) = self.client.context_state() {
             match self.client.invalidate(generation) {
                 Ok(ContextState::Active { .. }) => {}
                 other => return Err(format!("the recovery answered {other:?}")),
             }
+        }
+        if let Some(saved) = self.saved.clone() {
+            self.store = restore(&self.client, &saved.checkpoint, &mut self.trace)?;
+            self.reference = saved.reference;
+            self.reference_steps = saved.reference_steps;
+            self.scaler = saved.scaler;
+            self.host_scaler = saved.host_scaler;
+            self.counts.recoveries += 1;
+            self.counts.recovered_from_checkpoint += 1;
+            return Ok(());
         }
         self.store = build(&self.client, &self.last_good, &mut self.trace)?;
         self.reference = ReferenceState::new(&self.config, flat(&self.last_good));
@@ -441,6 +503,26 @@ fn build(
         }
     }
     Err(format!("the store could not be built: {last:?}"))
+}
+
+/// A store restored from `checkpoint`, retrying operation-local failures.
+fn restore(
+    client: &ComputeClient,
+    checkpoint: &StoreCheckpoint,
+    trace: &mut Vec<String>,
+) -> Result<DeviceParamStore, Failure> {
+    let mut last = None;
+    for _attempt in 0..3 {
+        match DeviceParamStore::restore(&Tape::new(client), checkpoint) {
+            Ok(store) => return Ok(store),
+            Err(error) if operation_local(&error) => {
+                trace.push(format!("restore refused: {error:?}"));
+                last = Some(error);
+            }
+            Err(error) => return Err(format!("the store could not be restored: {error:?}")),
+        }
+    }
+    Err(format!("the store could not be restored: {last:?}"))
 }
 
 fn run(seed: u64, steps: usize) -> Result<(Counts, Vec<String>), Failure> {
@@ -484,6 +566,8 @@ fn the_store_matches_the_reference_or_refuses_every_call_under_seeded_faults() {
                 total.operation_local += counts.operation_local;
                 total.poisoned += counts.poisoned;
                 total.recoveries += counts.recoveries;
+                total.restores += counts.restores;
+                total.recovered_from_checkpoint += counts.recovered_from_checkpoint;
             }
             Err(failure) => failures.push(failure),
         }
@@ -502,6 +586,8 @@ fn the_store_matches_the_reference_or_refuses_every_call_under_seeded_faults() {
         assert!(total.operation_local > 0, "{total:?}");
         assert!(total.abandoned > 0 && total.refused_steps > 0, "{total:?}");
         assert!(total.amp_skips > 0, "{total:?}");
+        assert!(total.restores > 0, "{total:?}");
+        assert!(total.recovered_from_checkpoint > 0, "{total:?}");
     }
 }
 

@@ -1,7 +1,9 @@
 //! The files a user hands the command line: `bench alloc` traces, the
-//! `--csv` tables of `train` and `predict`, and saved models.
+//! `--csv` tables of `train` and `predict`, saved models and checkpoints.
 
+use cistern_client::{OptimizerCheckpoint, StoreCheckpoint, read_checkpoint, write_checkpoint};
 use cistern_memory::MemoryConfig;
+use cistern_optim::{AdamConfig, OptimizerConfig};
 
 use super::seeds::{Seed, seed};
 
@@ -71,6 +73,49 @@ pub fn saved_model(data: &[u8]) {
     }
 }
 
+/// A checkpoint file, as `--resume` reads it: what reads writes to bytes
+/// that read back to the same checkpoint, bit for bit, and what reads
+/// holds tensors that fill its shapes.
+pub fn checkpoint_file(data: &[u8]) {
+    let Ok(read) = read_checkpoint(data) else {
+        return;
+    };
+    let mut bytes = Vec::new();
+    if let Err(error) = write_checkpoint(&mut bytes, &read.store, &read.run) {
+        panic!("a checkpoint that reads does not write: {error}");
+    }
+    match read_checkpoint(&bytes) {
+        Ok(again) => {
+            assert!(
+                same_checkpoint(&again.store, &read.store),
+                "the checkpoint round-trips"
+            );
+            assert_eq!(again.run, read.run, "the run state round-trips");
+        }
+        Err(error) => panic!("a written checkpoint does not read back: {error}"),
+    }
+}
+
+/// Equality with every float compared by its bits.
+fn same_checkpoint(a: &StoreCheckpoint, b: &StoreCheckpoint) -> bool {
+    let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let optimizer = match (&a.optimizer, &b.optimizer) {
+        (None, None) => true,
+        (Some(x), Some(y)) => {
+            x.config == y.config
+                && x.steps == y.steps
+                && x.device_amp == y.device_amp
+                && x.state.len() == y.state.len()
+                && x.state
+                    .iter()
+                    .zip(&y.state)
+                    .all(|(p, q)| bits(p) == bits(q))
+        }
+        _ => false,
+    };
+    a.shapes == b.shapes && bits(&a.params) == bits(&b.params) && optimizer
+}
+
 /// Equality with every float compared by its bits (a parameter may be NaN).
 fn same_bits(a: &SavedModel, b: &SavedModel) -> bool {
     let bits = |values: &[f32]| values.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -123,6 +168,37 @@ pub(super) fn seeds() -> Vec<Seed> {
         };
         if let Ok(bytes) = model.encode() {
             seeds.push(seed("saved_model", format!("{name}.safetensors"), bytes));
+        }
+    }
+    let params: Vec<f32> = (0..9).map(|i| i as f32 * 0.25 - 1.0).collect();
+    let adam = StoreCheckpoint {
+        shapes: vec![vec![2, 3], vec![3]],
+        params: params.clone(),
+        optimizer: Some(OptimizerCheckpoint {
+            config: OptimizerConfig::Adam(AdamConfig::default()),
+            steps: 3,
+            state: vec![params.iter().map(|p| p * 0.1).collect(), vec![0.5; 9]],
+            device_amp: None,
+        }),
+    };
+    let run = serde_json::json!({"step": 3, "seed": 7});
+    for (name, checkpoint) in [
+        (
+            "never-stepped",
+            StoreCheckpoint {
+                optimizer: None,
+                ..adam.clone()
+            },
+        ),
+        ("adam", adam),
+    ] {
+        let mut bytes = Vec::new();
+        if write_checkpoint(&mut bytes, &checkpoint, &run).is_ok() {
+            seeds.push(seed(
+                "checkpoint_file",
+                format!("{name}.safetensors"),
+                bytes,
+            ));
         }
     }
     seeds

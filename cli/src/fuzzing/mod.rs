@@ -12,7 +12,7 @@ mod memory;
 mod reports;
 mod seeds;
 
-pub use files::{alloc_trace, csv_table, saved_model};
+pub use files::{alloc_trace, checkpoint_file, csv_table, saved_model};
 pub use memory::memory_manager;
 pub use reports::{compact_report, error_report, io_error, server_error};
 pub use seeds::{Seed, seeds};
@@ -60,5 +60,9 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "saved_model",
         body: saved_model,
+    },
+    Target {
+        name: "checkpoint_file",
+        body: checkpoint_file,
     },
 ];

@@ -168,22 +168,23 @@ impl DeviceParamStore {
 /// The checkpoint's parameters cut into its shapes.
 fn tensors_of(checkpoint: &StoreCheckpoint) -> Result<Vec<Tensor<f32>>, BackendError> {
     let mut tensors = Vec::with_capacity(checkpoint.shapes.len());
-    let mut start = 0usize;
+    let mut rest = checkpoint.params.as_slice();
     for (slot, shape) in checkpoint.shapes.iter().enumerate() {
-        let len = shape.iter().product::<usize>();
-        let data = checkpoint.params.get(start..start + len).ok_or_else(|| {
-            BackendError::InvalidArgument(format!(
+        let len = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let Some((data, after)) = len.and_then(|len| rest.split_at_checked(len)) else {
+            return Err(BackendError::InvalidArgument(format!(
                 "checkpoint params: {} floats do not fill slot {slot} (shape {shape:?})",
                 checkpoint.params.len()
-            ))
-        })?;
+            )));
+        };
         tensors.push(Tensor::new(shape.clone(), data.to_vec())?);
-        start += len;
+        rest = after;
     }
-    if start != checkpoint.params.len() {
+    if !rest.is_empty() {
         return Err(BackendError::InvalidArgument(format!(
-            "checkpoint params: {} floats for shapes of {start}",
-            checkpoint.params.len()
+            "checkpoint params: {} floats for shapes of {}",
+            checkpoint.params.len(),
+            checkpoint.params.len() - rest.len()
         )));
     }
     Ok(tensors)

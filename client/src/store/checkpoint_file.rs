@@ -253,23 +253,24 @@ fn slots<'a>(
     values: &'a [f32],
     prefix: &str,
 ) -> Result<Vec<Named<'a>>, CheckpointError> {
-    let mut start = 0usize;
+    let mut rest = values;
     let mut out = Vec::with_capacity(shapes.len());
     for (slot, shape) in shapes.iter().enumerate() {
-        let len = shape.iter().product::<usize>();
-        let part = values.get(start..start + len).ok_or_else(|| {
-            invalid(format!(
-                "`{prefix}`: {} floats do not fill slot {slot}",
+        let len = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+        let Some((part, after)) = len.and_then(|len| rest.split_at_checked(len)) else {
+            return Err(invalid(format!(
+                "`{prefix}`: {} floats do not fill slot {slot} (shape {shape:?})",
                 values.len()
-            ))
-        })?;
+            )));
+        };
         out.push((format!("{prefix}.{slot}"), shape.clone(), part));
-        start += len;
+        rest = after;
     }
-    if start != values.len() {
+    if !rest.is_empty() {
         return Err(invalid(format!(
-            "`{prefix}`: {} floats for slots of {start}",
-            values.len()
+            "`{prefix}`: {} floats, {} more than the slots hold",
+            values.len(),
+            rest.len()
         )));
     }
     Ok(out)
@@ -354,11 +355,7 @@ fn joined(
     shapes: &[Vec<usize>],
     prefix: &str,
 ) -> Result<Vec<f32>, CheckpointError> {
-    let total = shapes
-        .iter()
-        .map(|shape| shape.iter().product::<usize>())
-        .sum::<usize>();
-    let mut values = Vec::with_capacity(total);
+    let mut values = Vec::new();
     for (slot, shape) in shapes.iter().enumerate() {
         let name = format!("{prefix}.{slot}");
         let tensor = tensors
