@@ -101,6 +101,17 @@ pub enum BenchCommand {
         #[arg(long, value_enum, default_value = "in-process")]
         engine: crate::bench::parallel::EngineName,
     },
+    /// A checkpoint of a 16.5M-parameter Adam store against `std::fs::write`
+    /// plus `fsync` of as many bytes; the bench MLP's loop with a
+    /// checkpoint every 100 steps against the loop without.
+    Checkpoint {
+        /// Parameters in the saved store.
+        #[arg(long, default_value_t = 16_500_000)]
+        params: usize,
+        /// Where the files go (removed after) [default: a temporary folder].
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// An MLP step's forward + backward on the tape against its replayed kernels.
     Tape,
     /// A whole training step.
@@ -159,6 +170,9 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             crate::bench::parallel::allreduce(engine, max_bytes)
         }
         BenchCommand::DataParallel { engine } => crate::bench::parallel::data_parallel(engine),
+        BenchCommand::Checkpoint { params, dir } => {
+            crate::bench::checkpoint::run(params, dir.as_deref())
+        }
         BenchCommand::Tape => crate::bench::tape::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
         BenchCommand::CrossEntropy { samples } => crate::bench::cross_entropy::run(samples),

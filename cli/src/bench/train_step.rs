@@ -157,7 +157,7 @@ fn chain_step(
 }
 
 /// The step's loss, and its tape (whose buffers its launches bind).
-fn adam_step(
+pub(super) fn adam_step(
     client: &ComputeClient,
     store: &mut DeviceParamStore,
     x: &Tensor<f32>,

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use cistern_client::{CheckpointDir, DeviceParamStore, StoreCheckpoint};
+use cistern_client::{CheckpointDir, CheckpointError, DeviceParamStore, StoreCheckpoint};
 use cistern_optim::GradScaler;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -149,15 +149,16 @@ impl Saver {
 
     /// Saves `store` and `state` as the checkpoint of `state.step`.
     pub fn save(&self, store: &DeviceParamStore, state: &RunState) -> Result<PathBuf, Failure> {
-        let checkpoint = store.checkpoint()?;
         let run = serde_json::to_value(state)
             .map_err(|e| Failure::Usage(format!("the run state: {e}")))?;
-        self.dir
-            .save(state.step, &checkpoint, &run)
-            .map_err(usage("--checkpoint-dir"))
+        match self.dir.save_store(state.step, store, &run) {
+            Ok(path) => Ok(path),
+            Err(CheckpointError::Device(error)) => Err(error.into()),
+            Err(error) => Err(usage("--checkpoint-dir")(error)),
+        }
     }
 }
 
-fn usage(flag: &'static str) -> impl Fn(cistern_client::CheckpointError) -> Failure {
+fn usage(flag: &'static str) -> impl Fn(CheckpointError) -> Failure {
     move |error| Failure::Usage(format!("{flag}: {error}"))
 }

@@ -5,12 +5,20 @@
 use cistern_optim::{GradScalerConfig, OptimizerConfig};
 use cistern_runtime::{AllocationPolicy, ScaleRule};
 
+use std::io::{Seek, Write};
+
 use super::amp::DeviceAmpState;
+use super::checkpoint_file::{CheckpointError, PartWriter, header_of};
 use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
 use crate::compute::{Buffer, f32_bytes};
 use crate::error::BackendError;
 use crate::tape::{Tape, Tensor};
+
+/// Bytes per download of a streamed checkpoint: small enough that the
+/// allocator reuses its memory (no fresh pages to fault in per read),
+/// large enough that a read's round trip is nothing beside its copy.
+const STREAMED_CHUNK: u64 = 8 << 20;
 
 /// What a store needs to resume: its parameters and, once it stepped, its
 /// optimizer's state. Plain host data: keep it, send it, restore it.
@@ -133,6 +141,77 @@ impl DeviceParamStore {
             });
         }
         Ok(store)
+    }
+
+    /// Writes this store's checkpoint with the caller's `run` state to
+    /// `out` as a checkpoint file, downloaded in chunks, each written (on
+    /// a thread of its own) while the next is read. A failed download
+    /// latches the store, as [`checkpoint`](Self::checkpoint)'s does, and
+    /// is `CheckpointError::Device`.
+    pub(super) fn stream_checkpoint<W: Write + Seek + Send>(
+        &self,
+        out: W,
+        run: &serde_json::Value,
+    ) -> Result<W, CheckpointError> {
+        self.enter().map_err(CheckpointError::Device)?;
+        let run_state = self.state.optimizer();
+        let device_amp = match run_state.and_then(|run| run.device_amp) {
+            None => None,
+            Some(rule) => Some(
+                self.device_amp_checkpoint(rule)
+                    .map_err(CheckpointError::Device)?,
+            ),
+        };
+        let header = header_of(
+            &self.shapes(),
+            run_state.map(|run| {
+                let steps = device_amp
+                    .as_ref()
+                    .map_or(run.steps, |amp| u64::from(amp.state.steps));
+                (&run.config, steps, device_amp.as_ref())
+            }),
+        );
+        let buffers: Vec<&Buffer> = std::iter::once(&self.params)
+            .chain(run_state.iter().flat_map(|run| run.state.iter()))
+            .collect();
+        let writer = PartWriter::start(out, &header, run)?;
+        std::thread::scope(|scope| {
+            let (parts, arriving) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+            let written = scope.spawn(move || {
+                let mut writer = writer;
+                for part in arriving {
+                    writer.part(&part)?;
+                }
+                writer.finish()
+            });
+            let mut downloaded = Ok(());
+            let chunks = buffers.iter().flat_map(|buffer| {
+                (0..buffer.size())
+                    .step_by(STREAMED_CHUNK as usize)
+                    .map(move |at| (*buffer, at, STREAMED_CHUNK.min(buffer.size() - at)))
+            });
+            for (buffer, at, size) in chunks {
+                let read = self.client.read_on(self.stream.id, buffer, at, size);
+                let bytes = match self.after_wait(read) {
+                    Ok(bytes) => bytes,
+                    Err(error) => {
+                        downloaded = Err(CheckpointError::Device(error));
+                        break;
+                    }
+                };
+                // A writer that stopped has its error in `written`.
+                if parts.send(bytes).is_err() {
+                    break;
+                }
+            }
+            drop(parts);
+            let written = written.join().unwrap_or_else(|_| {
+                Err(CheckpointError::InvalidArgument(
+                    "the writer panicked".into(),
+                ))
+            });
+            downloaded.and(written)
+        })
     }
 
     fn device_amp_checkpoint(&self, rule: ScaleRule) -> Result<DeviceAmpCheckpoint, BackendError> {

@@ -11,6 +11,7 @@ use super::checkpoint::StoreCheckpoint;
 use super::checkpoint_file::{
     CheckpointContents, CheckpointError, read_checkpoint, write_checkpoint,
 };
+use super::store::DeviceParamStore;
 
 const PREFIX: &str = "checkpoint-";
 const SUFFIX: &str = ".safetensors";
@@ -66,6 +67,32 @@ impl CheckpointDir {
         checkpoint: &StoreCheckpoint,
         run: &serde_json::Value,
     ) -> Result<PathBuf, CheckpointError> {
+        self.save_with(step, |mut out| {
+            write_checkpoint(&mut out, checkpoint, run)?;
+            Ok(out)
+        })
+    }
+
+    /// [`save`](Self::save) of `store`'s checkpoint, streamed: each of its
+    /// buffers is downloaded while the one before it is written, and no
+    /// host copy of the whole is made (the fastest way to checkpoint a
+    /// store). A failed download latches the store (`Device`).
+    pub fn save_store(
+        &self,
+        step: u64,
+        store: &DeviceParamStore,
+        run: &serde_json::Value,
+    ) -> Result<PathBuf, CheckpointError> {
+        self.save_with(step, |out| store.stream_checkpoint(out, run))
+    }
+
+    /// Writes the checkpoint of `step` through `write` into a partial
+    /// file, makes it durable, renames it into place, then prunes.
+    fn save_with(
+        &self,
+        step: u64,
+        write: impl FnOnce(BufWriter<File>) -> Result<BufWriter<File>, CheckpointError>,
+    ) -> Result<PathBuf, CheckpointError> {
         self.remove_partials()?;
         let path = self.dir.join(file_name(step));
         let partial = self.dir.join(format!("{}{PARTIAL}", file_name(step)));
@@ -74,8 +101,7 @@ impl CheckpointDir {
             move |e: std::io::Error| CheckpointError::io(&path, &e)
         };
         let file = File::create(&partial).map_err(io(&partial))?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        write_checkpoint(&mut out, checkpoint, run).map_err(|error| match error {
+        let out = write(BufWriter::with_capacity(1 << 20, file)).map_err(|error| match error {
             CheckpointError::Io { message, .. } => CheckpointError::Io {
                 path: partial.display().to_string(),
                 message,

@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Seek, SeekFrom, Write};
 
 use cistern_optim::OptimizerConfig;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::amp::DeviceAmpState;
 use super::checkpoint::{DeviceAmpCheckpoint, OptimizerCheckpoint, StoreCheckpoint};
+use crate::error::BackendError;
 
 /// The format's name, in the metadata's `format` entry.
 pub const CHECKPOINT_FORMAT: &str = "cistern-checkpoint";
@@ -60,6 +61,10 @@ pub enum CheckpointError {
     /// A bad request (a `keep` of 0, a run state that is not JSON).
     #[error("checkpoint: {0}")]
     InvalidArgument(String),
+    /// The store could not be read from its device: see the device
+    /// error; the previous checkpoints are intact.
+    #[error("the store's download: {0}")]
+    Device(BackendError),
 }
 
 impl CheckpointError {
@@ -74,7 +79,7 @@ impl CheckpointError {
 
 /// The store's part of the metadata (the tensors carry the numbers).
 #[derive(Serialize, Deserialize)]
-struct StoreHeader {
+pub(super) struct StoreHeader {
     shapes: Vec<Vec<usize>>,
     optimizer: Option<OptimizerHeader>,
 }
@@ -116,50 +121,188 @@ pub fn write_checkpoint(
     run: &serde_json::Value,
 ) -> Result<(), CheckpointError> {
     let tensors = tensors_of(checkpoint)?;
-    let header = serde_json::to_string(&header_of(checkpoint)).map_err(invalid)?;
-    let run = serde_json::to_string(run).map_err(invalid)?;
+    let header = header_of(
+        &checkpoint.shapes,
+        checkpoint
+            .optimizer
+            .as_ref()
+            .map(|o| (&o.config, o.steps, o.device_amp.as_ref())),
+    );
+    let (header, run) = texts(&header, run)?;
     let mut crc = crc32fast::Hasher::new();
-    let mut infos = Vec::with_capacity(tensors.len());
-    let mut offset = 0;
-    for (name, shape, values) in &tensors {
-        let bytes = le_bytes(values);
-        crc.update(&bytes);
+    for (_, _, values) in &tensors {
+        crc.update(&le_bytes(values));
+    }
+    crc.update(header.as_bytes());
+    crc.update(run.as_bytes());
+    let names: Vec<(String, Vec<usize>)> = tensors
+        .iter()
+        .map(|(name, shape, _)| (name.clone(), shape.clone()))
+        .collect();
+    let json = metadata_json(&names, header, run, &format!("{:08x}", crc.finalize()))?;
+    out.write_all(&(json.len() as u64).to_le_bytes())
+        .map_err(unnamed_io)?;
+    out.write_all(&json).map_err(unnamed_io)?;
+    for (_, _, values) in &tensors {
+        out.write_all(&le_bytes(values)).map_err(unnamed_io)?;
+    }
+    Ok(())
+}
+
+/// The CRC's place-holder, patched by [`PartWriter::finish`].
+const CRC_PLACEHOLDER: &str = "\"crc32\":\"00000000\"";
+
+/// A checkpoint file written a whole buffer at a time (the parameters,
+/// then each state buffer in its layout's order) as they arrive, its
+/// CRC-32 patched into the header at the end: nothing of the whole is
+/// held or copied.
+pub(super) struct PartWriter<W> {
+    out: W,
+    crc: crc32fast::Hasher,
+    /// Where the CRC's eight hex digits are in the file.
+    crc_at: u64,
+    /// The store and run metadata, which the CRC covers after the data.
+    texts: (String, String),
+    /// Bytes of tensors the header lists, and written so far.
+    expected: usize,
+    written: usize,
+}
+
+impl<W: Write + Seek> PartWriter<W> {
+    /// Writes the header of a store of `header`'s layout and `run`.
+    pub(super) fn start(
+        mut out: W,
+        header: &StoreHeader,
+        run: &serde_json::Value,
+    ) -> Result<Self, CheckpointError> {
+        let mut names = Vec::new();
+        let buffers = header
+            .optimizer
+            .as_ref()
+            .map_or(&[][..], |o| &o.buffers[..]);
+        for prefix in std::iter::once("param").chain(buffers.iter().map(String::as_str)) {
+            for (slot, shape) in header.shapes.iter().enumerate() {
+                names.push((format!("{prefix}.{slot}"), shape.clone()));
+            }
+        }
+        let (store, run) = texts(header, run)?;
+        let json = metadata_json(&names, store.clone(), run.clone(), "00000000")?;
+        let at = json
+            .windows(CRC_PLACEHOLDER.len())
+            .position(|window| window == CRC_PLACEHOLDER.as_bytes())
+            .ok_or_else(|| invalid("the header lost its CRC entry"))?;
+        let expected = names
+            .iter()
+            .map(|(_, shape)| 4 * shape.iter().product::<usize>())
+            .sum();
+        out.write_all(&(json.len() as u64).to_le_bytes())
+            .map_err(unnamed_io)?;
+        out.write_all(&json).map_err(unnamed_io)?;
+        Ok(PartWriter {
+            out,
+            crc: crc32fast::Hasher::new(),
+            // The digits end one before the place-holder's closing quote.
+            crc_at: (8 + at + CRC_PLACEHOLDER.len() - 9) as u64,
+            texts: (store, run),
+            expected,
+            written: 0,
+        })
+    }
+
+    /// Writes the next buffer's bytes, as the device holds them.
+    pub(super) fn part(&mut self, bytes: &[u8]) -> Result<(), CheckpointError> {
+        let bytes: Cow<'_, [u8]> = match cfg!(target_endian = "little") {
+            true => Cow::Borrowed(bytes),
+            false => Cow::Owned(
+                bytes
+                    .chunks_exact(4)
+                    .flat_map(|w| [w[3], w[2], w[1], w[0]])
+                    .collect(),
+            ),
+        };
+        self.crc.update(&bytes);
+        self.written += bytes.len();
+        self.out.write_all(&bytes).map_err(unnamed_io)
+    }
+
+    /// Patches the CRC in; every byte the header lists must be written.
+    pub(super) fn finish(mut self) -> Result<W, CheckpointError> {
+        if self.written != self.expected {
+            return Err(invalid(format!(
+                "{} bytes of tensors written, the header lists {}",
+                self.written, self.expected
+            )));
+        }
+        self.crc.update(self.texts.0.as_bytes());
+        self.crc.update(self.texts.1.as_bytes());
+        let digits = format!("{:08x}", self.crc.finalize());
+        self.out
+            .seek(SeekFrom::Start(self.crc_at))
+            .and_then(|_| self.out.write_all(digits.as_bytes()))
+            .and_then(|()| self.out.seek(SeekFrom::End(0)).map(|_| ()))
+            .map_err(unnamed_io)?;
+        Ok(self.out)
+    }
+}
+
+/// The store and run metadata as the file keeps them.
+fn texts(
+    header: &StoreHeader,
+    run: &serde_json::Value,
+) -> Result<(String, String), CheckpointError> {
+    Ok((
+        serde_json::to_string(header).map_err(invalid)?,
+        serde_json::to_string(run).map_err(invalid)?,
+    ))
+}
+
+/// The safetensors header of tensors `names` (F32, in file order) with
+/// the metadata, padded to 8 bytes.
+fn metadata_json(
+    names: &[(String, Vec<usize>)],
+    store: String,
+    run: String,
+    crc: &str,
+) -> Result<Vec<u8>, CheckpointError> {
+    let mut infos = Vec::with_capacity(names.len());
+    let mut offset = 0usize;
+    for (name, shape) in names {
+        let bytes = shape
+            .iter()
+            .try_fold(4usize, |n, &d| n.checked_mul(d))
+            .and_then(|bytes| Some((bytes, offset.checked_add(bytes)?)))
+            .ok_or_else(|| invalid(format!("`{name}` of shape {shape:?} is too large")))?;
         infos.push((
             name.clone(),
             TensorInfo {
                 dtype: Dtype::F32,
                 shape: shape.clone(),
-                data_offsets: (offset, offset + bytes.len()),
+                data_offsets: (offset, bytes.1),
             },
         ));
-        offset += bytes.len();
+        offset = bytes.1;
     }
-    crc.update(header.as_bytes());
-    crc.update(run.as_bytes());
     let metadata = HashMap::from([
         ("format".to_string(), CHECKPOINT_FORMAT.to_string()),
         (
             "format_version".to_string(),
             CHECKPOINT_FORMAT_VERSION.to_string(),
         ),
-        ("store".to_string(), header),
+        ("store".to_string(), store),
         ("run".to_string(), run),
-        ("crc32".to_string(), format!("{:08x}", crc.finalize())),
+        ("crc32".to_string(), crc.to_string()),
     ]);
     let metadata = Metadata::new(Some(metadata), infos).map_err(invalid)?;
     let mut json = serde_json::to_vec(&metadata).map_err(invalid)?;
     json.resize(json.len().next_multiple_of(8), b' ');
-    let io = |error: std::io::Error| CheckpointError::Io {
+    Ok(json)
+}
+
+fn unnamed_io(error: std::io::Error) -> CheckpointError {
+    CheckpointError::Io {
         path: "checkpoint".into(),
         message: error.to_string(),
-    };
-    out.write_all(&(json.len() as u64).to_le_bytes())
-        .map_err(io)?;
-    out.write_all(&json).map_err(io)?;
-    for (_, _, values) in &tensors {
-        out.write_all(&le_bytes(values)).map_err(io)?;
     }
-    Ok(())
 }
 
 /// Reads a checkpoint file's bytes: refuses a truncated or corrupt file
@@ -276,20 +419,24 @@ fn slots<'a>(
     Ok(out)
 }
 
-fn header_of(checkpoint: &StoreCheckpoint) -> StoreHeader {
+/// The store's metadata: its shapes and, once it stepped, its optimizer
+/// (config, steps, the device form of AMP's words).
+pub(super) fn header_of(
+    shapes: &[Vec<usize>],
+    optimizer: Option<(&OptimizerConfig, u64, Option<&DeviceAmpCheckpoint>)>,
+) -> StoreHeader {
     StoreHeader {
-        shapes: checkpoint.shapes.clone(),
-        optimizer: checkpoint.optimizer.as_ref().map(|o| OptimizerHeader {
-            config: o.config.clone(),
-            steps: o.steps,
-            buffers: o
-                .config
+        shapes: shapes.to_vec(),
+        optimizer: optimizer.map(|(config, steps, device_amp)| OptimizerHeader {
+            config: config.clone(),
+            steps,
+            buffers: config
                 .state_layout()
                 .buffers
                 .iter()
                 .map(|b| b.name.to_string())
                 .collect(),
-            device_amp: o.device_amp.as_ref().map(|amp| DeviceAmpHeader {
+            device_amp: device_amp.map(|amp| DeviceAmpHeader {
                 growth_factor: amp.growth_factor,
                 backoff_factor: amp.backoff_factor,
                 growth_interval: amp.growth_interval,

@@ -257,12 +257,17 @@ fn a_device_amp_store_restored_from_its_checkpoint_file_goes_on_bit_for_bit() {
         (4, 3),
         "3 of 7 skipped"
     );
-    let mut file = Vec::new();
-    ok(
-        cistern_client::write_checkpoint(&mut file, &checkpoint, &serde_json::json!({})),
-        "write",
+    let dir = std::env::temp_dir().join(format!("cistern-amp-ckpt-{}", std::process::id()));
+    let checkpoints = ok(cistern_client::CheckpointDir::create(&dir, 1), "dir");
+    let path = ok(
+        checkpoints.save_store(7, &original, &serde_json::json!({})),
+        "save",
     );
-    let read = ok(cistern_client::read_checkpoint(&file), "read");
+    let read = ok(
+        cistern_client::read_checkpoint(&ok(std::fs::read(&path), "file")),
+        "read",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(read.store, checkpoint);
     let mut restored = ok(
         DeviceParamStore::restore(&Tape::new(&client), &read.store),

@@ -219,3 +219,60 @@ fn a_damaged_newest_checkpoint_is_passed_over_for_the_one_before() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_store_saved_streamed_reads_back_as_its_checkpoint() {
+    let dir = temp_dir("streamed");
+    let checkpoints = ok(CheckpointDir::create(&dir, 3), "dir");
+    let client = open();
+    let model = model(43);
+    let mut store = store(&client, &model);
+    let never = ok(checkpoints.save_store(0, &store, &json!("never")), "save 0");
+    let read = |path: &Path| ok(read_checkpoint(&ok(std::fs::read(path), "file")), "read");
+    assert_eq!(read(&never).store, ok(store.checkpoint(), "checkpoint 0"));
+    for _ in 0..2 {
+        with_gradients(&client, &mut store, &model, |store, gradients| {
+            ok(step_with(store, gradients, &adam()), "step")
+        });
+    }
+    let stepped = ok(
+        checkpoints.save_store(2, &store, &json!({"step": 2})),
+        "save 2",
+    );
+    let back = read(&stepped);
+    assert_eq!(back.store, ok(store.checkpoint(), "checkpoint 2"));
+    assert_eq!(back.run, json!({"step": 2}));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_download_failing_mid_save_leaves_the_earlier_checkpoint_whole() {
+    use cistern_runtime::{DeviceOptions, FaultPlan};
+    let model = model(44);
+    // The first transfer that fails inside the second save.
+    for failing in 1..40 {
+        let plan = FaultPlan::none().with_failed_transfer(failing);
+        let client = super::common::open_with(DeviceOptions::default().with_faults(plan));
+        let refs: Vec<_> = model.params.iter().collect();
+        let Ok(store) =
+            cistern_client::DeviceParamStore::new(&cistern_client::Tape::new(&client), &refs)
+        else {
+            continue;
+        };
+        let dir = temp_dir(&format!("failing-{failing}"));
+        let checkpoints = ok(CheckpointDir::create(&dir, 2), "dir");
+        if checkpoints.save_store(1, &store, &json!(1)).is_err() {
+            continue;
+        }
+        match checkpoints.save_store(2, &store, &json!(2)) {
+            Ok(_) => continue,
+            Err(CheckpointError::Device(_)) => {}
+            Err(other) => panic!("a failed download answered {other:?}"),
+        }
+        let newest = ok(checkpoints.newest(), "newest").unwrap_or_else(|| panic!("none left"));
+        assert_eq!((newest.step, newest.passed_over.len()), (1, 0));
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
+    panic!("no injected transfer failure landed in a save");
+}
