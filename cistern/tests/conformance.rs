@@ -49,6 +49,7 @@ conformance_tests! {
     store::the_tapes_gradients_match_the_cpus,
     store::the_stores_device_amp_step_matches_the_cpus,
     store::a_replica_group_on_this_device_steps_as_a_lone_store,
+    store::a_store_restored_from_its_checkpoint_file_steps_as_the_original,
     ordering::two_streams_hammering_one_buffer_see_each_others_writes_in_order,
     ordering::an_upload_on_the_default_stream_is_used_at_once_by_another_stream,
     ordering::reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other,

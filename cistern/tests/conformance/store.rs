@@ -424,3 +424,49 @@ pub fn a_replica_group_on_this_device_steps_as_a_lone_store(device: Device) {
         "{device}"
     );
 }
+
+/// A store's checkpoint, saved streamed into a checkpoint file on
+/// `device` and restored from it on the same device: three more Adam
+/// steps of each leave both bit-identical.
+pub fn a_store_restored_from_its_checkpoint_file_steps_as_the_original(device: Device) {
+    use cistern::client::{CheckpointDir, read_checkpoint};
+    let model = model(0xC4E);
+    let config = OptimizerConfig::Adam(AdamConfig::default());
+    let client = open(device);
+    let mut original = store(&client, &model);
+    let adam_step = |store: &mut DeviceParamStore| {
+        let tape = Tape::new(&client);
+        let leaves = ok(store.register_resident_params(&tape), "register");
+        let loss = loss(store, &tape, &leaves, &model);
+        let gradients = ok(store.backward(&tape, &loss), "backward");
+        ok(step_with(store, &gradients, &config), "step");
+    };
+    for _ in 0..3 {
+        adam_step(&mut original);
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "cistern-conformance-checkpoint-{}-{}",
+        std::process::id(),
+        device.to_string().replace(':', "-")
+    ));
+    let checkpoints = ok(CheckpointDir::create(&dir, 1), "checkpoint dir");
+    let path = ok(
+        checkpoints.save_store(3, &original, &serde_json::json!({})),
+        "save",
+    );
+    let read = ok(read_checkpoint(&ok(std::fs::read(&path), "file")), "read");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut restored = ok(
+        DeviceParamStore::restore(&Tape::new(&client), &read.store),
+        "restore",
+    );
+    for _ in 0..3 {
+        adam_step(&mut original);
+        adam_step(&mut restored);
+    }
+    assert_eq!(
+        ok(restored.checkpoint(), "restored"),
+        ok(original.checkpoint(), "original"),
+        "{device}"
+    );
+}
