@@ -1,7 +1,8 @@
 //! Resumable runs through the built binary: `cistern train` killed with
 //! SIGKILL at seeded moments (between steps, during a step, during a
 //! checkpoint write) and resumed each time ends with the very parameters
-//! of a run that never stopped, for SGD's device chain, Adam and AMP; a
+//! of a run that never stopped, for SGD's device chain, Adam, AMP and a
+//! classifier; a
 //! damaged newest checkpoint is passed over, saying so; another run's
 //! checkpoint is refused, naming the argument that differs.
 
@@ -46,15 +47,32 @@ fn csv() -> PathBuf {
     file
 }
 
+/// A small three-class CSV.
+fn class_csv() -> PathBuf {
+    let file = scratch("classes.csv");
+    let mut text = String::from("a,b,kind\n");
+    for i in 0..150 {
+        let (a, b) = ((i % 13) as f32 * 0.25, (i % 5) as f32 - 2.0);
+        let kind = ["low", "mid", "high"][((a + b + 2.0) / 2.2).clamp(0.0, 2.0) as usize];
+        text.push_str(&format!("{a},{b},{kind}\n"));
+    }
+    assert!(std::fs::write(&file, text).is_ok());
+    file
+}
+
 /// `cistern train` on the CSV for `steps` with `family`'s arguments,
 /// saving to `save`.
 fn train_args(data: &Path, family: &[&str], save: &Path, steps: u64) -> Vec<String> {
+    let target = match data.ends_with("classes.csv") {
+        true => "kind",
+        false => "y",
+    };
     let mut args: Vec<String> = [
         "train",
         "--csv",
         &path(data),
         "--target",
-        "y",
+        target,
         "--layers",
         "8",
         "--batch",
@@ -143,7 +161,10 @@ fn tensors(file: &Path) -> Vec<(String, Vec<u8>)> {
 /// each time, and compares its final parameters with a run that never
 /// stopped, bit for bit.
 fn killed_and_resumed_ends_as_the_uninterrupted_run(name: &str, family: &[&str], seed: u64) {
-    let data = csv();
+    let data = match family.contains(&"classify") {
+        true => class_csv(),
+        false => csv(),
+    };
     let reference = scratch(&format!("{name}-reference.safetensors"));
     run(&train_args(&data, family, &reference, STEPS));
     let dir = scratch(&format!("{name}-checkpoints"));
@@ -202,6 +223,15 @@ fn adam_killed_four_times_ends_bit_identical() {
 #[test]
 fn adam_with_amp_killed_four_times_ends_bit_identical() {
     killed_and_resumed_ends_as_the_uninterrupted_run("amp", &["--optimizer", "adam", "--amp"], 3);
+}
+
+#[test]
+fn a_classifier_killed_four_times_ends_bit_identical() {
+    killed_and_resumed_ends_as_the_uninterrupted_run(
+        "classify",
+        &["--task", "classify", "--optimizer", "adam"],
+        4,
+    );
 }
 
 fn stderr_of(args: &[String]) -> (bool, String) {

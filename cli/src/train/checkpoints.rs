@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::args::TrainArgs;
 use super::failure::Failure;
 use super::model::Layout;
+use super::output::Output;
 use super::prep::Standardisation;
 
 /// What a checkpoint keeps beside the store, in its `run` metadata.
@@ -46,8 +47,9 @@ pub struct Resume {
 }
 
 /// The arguments that must match for a checkpoint to resume this run.
-pub fn identity(args: &TrainArgs, dataset: &str) -> Value {
+fn identity(args: &TrainArgs, dataset: &str) -> Value {
     json!({
+        "task": format!("{:?}", args.task()).to_lowercase(),
         "dataset": dataset,
         "layers": args.layers,
         "activation": format!("{:?}", args.activation).to_lowercase(),
@@ -63,7 +65,7 @@ pub fn identity(args: &TrainArgs, dataset: &str) -> Value {
 
 /// The checkpoint `--resume` names, checked against this run; `None`
 /// where the directory holds none yet (the run starts at step 0).
-pub fn resume(
+fn resume(
     args: &TrainArgs,
     identity: &Value,
     standardisation: &Standardisation,
@@ -125,9 +127,116 @@ fn differences(saved: &Value, current: &Value) -> Option<String> {
     })
 }
 
+/// A run's checkpoints: where it resumes, and its saves after each step.
+#[derive(Debug)]
+pub struct Checkpointing {
+    identity: Value,
+    standardisation: Standardisation,
+    resume: Option<Resume>,
+    saver: Option<Saver>,
+    /// Checkpoints saved, and the seconds they took.
+    saved: u64,
+    seconds: f64,
+}
+
+impl Checkpointing {
+    /// The run's checkpointing: the checkpoint `--resume` names (checked
+    /// against this run: its arguments, data and model), and the saver
+    /// `--checkpoint-every` asks for.
+    pub fn new(
+        args: &TrainArgs,
+        dataset: &str,
+        standardisation: &Standardisation,
+        layout: &Layout,
+    ) -> Result<Self, Failure> {
+        let identity = identity(args, dataset);
+        let resume = resume(args, &identity, standardisation, layout)?;
+        Ok(Checkpointing {
+            identity,
+            standardisation: standardisation.clone(),
+            resume,
+            saver: Saver::new(args)?,
+            saved: 0,
+            seconds: 0.0,
+        })
+    }
+
+    /// The checkpoint resumed from, if any.
+    pub fn resume(&self) -> Option<&Resume> {
+        self.resume.as_ref()
+    }
+
+    /// The step the run resumes after (`None`: it starts at step 0).
+    pub fn resumed_at(&self) -> Option<u64> {
+        self.resume.as_ref().map(|resume| resume.state.step)
+    }
+
+    /// Says where a `--resume` run starts, and which damaged checkpoints
+    /// it passed over.
+    pub fn announce(&self, output: &Output, args: &TrainArgs, steps: u64) {
+        let Some(dir) = &args.resume else {
+            return;
+        };
+        let Some(resume) = &self.resume else {
+            output.notice(
+                json!({"event": "resume", "step": 0, "path": null}),
+                &format!("no checkpoint in {}: starting at step 0", dir.display()),
+            );
+            return;
+        };
+        for damaged in &resume.passed_over {
+            output.notice(
+                json!({"event": "checkpoint_damaged", "why": damaged}),
+                &format!("passed over a damaged checkpoint, {damaged}"),
+            );
+        }
+        output.notice(
+            json!({"event": "resume", "step": resume.state.step, "path": resume.path}),
+            &format!(
+                "resumed from {} at step {} of {steps}",
+                resume.path.display(),
+                resume.state.step
+            ),
+        );
+    }
+
+    /// After step `step`: saves `store` with the run's state where one is
+    /// due (`skipped` AMP steps so far, the `scaler` as it stands).
+    pub fn after_step(
+        &mut self,
+        output: &Output,
+        step: u64,
+        store: &DeviceParamStore,
+        skipped: u64,
+        scaler: Option<&GradScaler>,
+    ) -> Result<(), Failure> {
+        let Some(saver) = self.saver.as_ref().filter(|saver| saver.due(step)) else {
+            return Ok(());
+        };
+        let begun = std::time::Instant::now();
+        let state = RunState {
+            step,
+            skipped,
+            scaler: scaler.cloned(),
+            identity: self.identity.clone(),
+            standardisation: self.standardisation.clone(),
+        };
+        let path = saver.save(store, &state)?;
+        self.seconds += begun.elapsed().as_secs_f64();
+        self.saved += 1;
+        output.record(json!({"event": "checkpoint", "step": step, "path": path}));
+        Ok(())
+    }
+
+    /// Checkpoints saved, and the seconds they took.
+    pub fn saved(&self) -> (u64, f64) {
+        (self.saved, self.seconds)
+    }
+}
+
 /// `--checkpoint-every`'s saver.
 #[derive(Debug)]
-pub struct Saver {
+struct Saver {
     dir: CheckpointDir,
     every: u64,
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::args::TrainArgs;
 use super::batches::Batches;
-use super::checkpoints::{self, Resume, RunState, Saver};
+use super::checkpoints::Checkpointing;
 use super::data::{self, Table};
 use super::distributed;
 use super::failure::Failure;
@@ -63,8 +63,8 @@ fn train(
     };
     let width = table.width();
     let layout = Layout::new(width, &args.layers, args.activation);
-    let identity = checkpoints::identity(args, &table.name);
-    let resume = checkpoints::resume(args, &identity, &prepared.standardisation, &layout)?;
+    let mut checkpoints =
+        Checkpointing::new(args, &table.name, &prepared.standardisation, &layout)?;
     let initial = layout.initial_parameters(args.seed);
     let (model, device_name) = match distributed::placement(args, &faults)? {
         Some(placement) => {
@@ -77,7 +77,7 @@ fn train(
         None => {
             let options = DeviceOptions::default().with_faults(faults);
             let client = ComputeClient::open(device, options)?;
-            let model = match &resume {
+            let model = match checkpoints.resume() {
                 Some(resume) => StoreModel::restore(&client, layout.clone(), &resume.store)?,
                 None => StoreModel::upload(&client, layout.clone(), &initial)?,
             };
@@ -100,15 +100,11 @@ fn train(
     let steps = args
         .steps
         .unwrap_or(args.epochs * batches.per_epoch() as u64);
-    let resumed_at = match &resume {
-        Some(resume) => {
-            trainer.resume(resume.state.scaler.clone(), resume.state.skipped)?;
-            batches.skip(resume.state.step);
-            Some(resume.state.step)
-        }
-        None => None,
-    };
-    let saver = Saver::new(args)?;
+    if let Some(resume) = checkpoints.resume() {
+        trainer.resume(resume.state.scaler.clone(), resume.state.skipped)?;
+        batches.skip(resume.state.step);
+    }
+    let resumed_at = checkpoints.resumed_at();
     let output = match shows {
         true => Output::new(args.json, steps),
         false => Output::silent(),
@@ -128,11 +124,11 @@ fn train(
         "parameters": layout.parameter_count(),
         "resumed_at": resumed_at,
     }));
-    announce(&output, args, resume.as_ref(), steps);
+    checkpoints.announce(&output, args, steps);
     let scale = f64::from(prepared.standardisation.target_std).powi(2);
     let every = (steps / EVALUATIONS).max(1);
     let (mut points, mut interval_loss, mut interval_steps) = (Vec::new(), 0.0, 0u64);
-    let (mut step_seconds, mut saved, mut saving_seconds) = (0.0, 0u64, 0.0);
+    let mut step_seconds = 0.0;
     let first = resumed_at.unwrap_or(0) + 1;
     for step in first..=steps {
         // Timed like PyTorch's loop: the batch's gather, the step, its loss.
@@ -150,20 +146,9 @@ fn train(
         interval_steps += 1;
         let rate = (step + 1 - first) as f64 / step_seconds.max(1e-9);
         output.step(step, loss, rate);
-        if let Some(saver) = saver.as_ref().filter(|saver| saver.due(step)) {
-            let begun = Instant::now();
-            let state = RunState {
-                step,
-                skipped: trainer.skipped(),
-                scaler: trainer.scaler().cloned(),
-                identity: identity.clone(),
-                standardisation: prepared.standardisation.clone(),
-            };
-            let path = saver.save(trainer.model().store(), &state)?;
-            saving_seconds += begun.elapsed().as_secs_f64();
-            saved += 1;
-            output.record(json!({"event": "checkpoint", "step": step, "path": path}));
-        }
+        let store = trainer.model().store();
+        let scaler = trainer.scaler();
+        checkpoints.after_step(&output, step, store, trainer.skipped(), scaler)?;
         if shows && (step % every == 0 || step == steps) {
             let validation = evaluate(trainer.model(), prepared, &prepared.validation)?;
             let train = interval_loss / interval_steps as f64;
@@ -220,8 +205,8 @@ fn train(
         skipped_steps: trainer.skipped(),
         recovered_replicas: trainer.recoveries(),
         resumed_at,
-        checkpoints: saved,
-        checkpoint_seconds: saving_seconds,
+        checkpoints: checkpoints.saved().0,
+        checkpoint_seconds: checkpoints.saved().1,
     };
     keep(args, table, prepared, model)?;
     if let Some(path) = &args.plot {
@@ -234,35 +219,6 @@ fn train(
         summary.print();
     }
     Ok(())
-}
-
-/// Says where a `--resume` run starts, and which damaged checkpoints it
-/// passed over.
-fn announce(output: &Output, args: &TrainArgs, resume: Option<&Resume>, steps: u64) {
-    let Some(dir) = &args.resume else {
-        return;
-    };
-    let Some(resume) = resume else {
-        output.notice(
-            json!({"event": "resume", "step": 0, "path": null}),
-            &format!("no checkpoint in {}: starting at step 0", dir.display()),
-        );
-        return;
-    };
-    for damaged in &resume.passed_over {
-        output.notice(
-            json!({"event": "checkpoint_damaged", "why": damaged}),
-            &format!("passed over a damaged checkpoint, {damaged}"),
-        );
-    }
-    output.notice(
-        json!({"event": "resume", "step": resume.state.step, "path": resume.path}),
-        &format!(
-            "resumed from {} at step {} of {steps}",
-            resume.path.display(),
-            resume.state.step
-        ),
-    );
 }
 
 /// The MSE of the model on `part`, in the target's units.

@@ -125,6 +125,10 @@ pub struct ClassSummary {
     pub steps_per_s: f64,
     /// How each step ran.
     pub step: &'static str,
+    /// The step a `--resume` started from (`None`: a run from step 0).
+    pub resumed_at: Option<u64>,
+    /// Checkpoints saved by this run.
+    pub checkpoints: u64,
 }
 
 impl ClassSummary {
@@ -159,8 +163,16 @@ impl ClassSummary {
             (
                 "steps",
                 format!(
-                    "{} in {:.2} s ({:.0} steps/s)",
-                    self.steps, self.train_seconds, self.steps_per_s
+                    "{}{} in {:.2} s ({:.0} steps/s){}",
+                    self.steps,
+                    self.resumed_at
+                        .map_or(String::new(), |at| format!(" (resumed at step {at})")),
+                    self.train_seconds,
+                    self.steps_per_s,
+                    match self.checkpoints {
+                        0 => String::new(),
+                        n => format!(", {n} checkpoints saved"),
+                    }
                 ),
             ),
             (

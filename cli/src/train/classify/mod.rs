@@ -26,6 +26,7 @@ pub use predict::run_command as run_predict;
 
 use super::args::{StepPath, TrainArgs};
 use super::batches::Batches;
+use super::checkpoints::Checkpointing;
 use super::failure::Failure;
 use super::model::Layout;
 use super::model_file::SavedModel;
@@ -56,13 +57,6 @@ pub fn run_command(args: &TrainArgs) -> Result<(), String> {
     }
     if args.amp {
         return Err("--amp trains regressors only for now: drop --amp for --task classify".into());
-    }
-    if args.checkpoint_every.is_some() || args.resume.is_some() {
-        return Err(
-            "--checkpoint-every / --resume checkpoint regressors only for now: \
-                    drop them for --task classify"
-                .into(),
-        );
     }
     let table = load(args)?;
     let mut prepared = prep::prepare(&table.as_table(), args.validation, args.seed)?;
@@ -127,8 +121,16 @@ fn train(
     if let Some(last) = layout.widths.last_mut() {
         *last = classes;
     }
-    let initial = layout.initial_parameters(args.seed);
-    let mut model = Classifier::upload(&client, layout.clone(), &initial)?;
+    let mut checkpoints =
+        Checkpointing::new(args, &table.name, &prepared.standardisation, &layout)?;
+    let mut model = match checkpoints.resume() {
+        Some(resume) => Classifier::restore(&client, layout.clone(), &resume.store)?,
+        None => Classifier::upload(
+            &client,
+            layout.clone(),
+            &layout.initial_parameters(args.seed),
+        )?,
+    };
     let config = args.optimizer.config(args.lr());
     let chain = match (args.step_path(), &config) {
         (StepPath::Chain, OptimizerConfig::Sgd(sgd)) => Some(sgd.clone()),
@@ -144,10 +146,13 @@ fn train(
     let steps = args
         .steps
         .unwrap_or(args.epochs * batches.per_epoch() as u64);
+    let resumed_at = checkpoints.resumed_at();
+    batches.skip(resumed_at.unwrap_or(0));
     let output = Output::new(args.json, steps);
     output.record(json!({
         "event": "start",
         "task": "classify",
+        "resumed_at": resumed_at,
         "dataset": table.name,
         "device": device.to_string(),
         "rows": table.rows(),
@@ -164,8 +169,10 @@ fn train(
     let validation_labels = part_labels(&prepared.validation);
     let every = (steps / EVALUATIONS).max(1);
     let (mut points, mut interval_loss, mut interval_steps) = (Vec::new(), 0.0, 0u64);
+    checkpoints.announce(&output, args, steps);
     let mut step_seconds = 0.0;
-    for step in 1..=steps {
+    let first = resumed_at.unwrap_or(0) + 1;
+    for step in first..=steps {
         // Timed like PyTorch's loop: the batch's gather, the step, its loss.
         let begun = Instant::now();
         let (features, targets) = batches.next(&prepared.train, width)?;
@@ -183,8 +190,9 @@ fn train(
         }
         interval_loss += loss;
         interval_steps += 1;
-        let rate = step as f64 / step_seconds.max(1e-9);
+        let rate = (step + 1 - first) as f64 / step_seconds.max(1e-9);
         output.step(step, loss, rate);
+        checkpoints.after_step(&output, step, model.store(), 0, None)?;
         if step % every == 0 || step == steps {
             let logits = model.logits(&prepared.validation.features)?;
             let guess = metrics::predicted(&logits, classes);
@@ -233,8 +241,10 @@ fn train(
         confusion: metrics::confusion(&val_guess, &validation_labels, classes),
         train_seconds: step_seconds,
         seconds: started.elapsed().as_secs_f64(),
-        steps_per_s: steps as f64 / step_seconds.max(1e-9),
+        steps_per_s: (steps + 1).saturating_sub(first) as f64 / step_seconds.max(1e-9),
         step: path,
+        resumed_at,
+        checkpoints: checkpoints.saved().0,
     };
     keep(args, table, prepared, &model)?;
     if let Some(path) = &args.plot {

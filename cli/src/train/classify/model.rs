@@ -4,7 +4,7 @@
 
 use cistern_client::{
     ChainLayer, ChainLoss, ComputeClient, CrossEntropyOptions, DeviceParamStore, ResidentLeaf,
-    Tape, Tensor,
+    StoreCheckpoint, Tape, Tensor,
 };
 use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::Activation;
@@ -47,6 +47,26 @@ impl Classifier {
             client: client.clone(),
             store,
         })
+    }
+
+    /// A store on `client`'s device restored from `checkpoint`, whose next
+    /// step is the checkpointed store's.
+    pub fn restore(
+        client: &ComputeClient,
+        layout: Layout,
+        checkpoint: &StoreCheckpoint,
+    ) -> Result<Self, Failure> {
+        let store = DeviceParamStore::restore(&Tape::new(client), checkpoint)?;
+        Ok(Classifier {
+            layout,
+            client: client.clone(),
+            store,
+        })
+    }
+
+    /// The store, for checkpoints.
+    pub fn store(&self) -> &DeviceParamStore {
+        &self.store
     }
 
     /// Classes: the width of the last layer.
