@@ -13,6 +13,7 @@ mod store {
     mod checks;
     mod common;
     mod contracts;
+    mod contracts_chain;
     mod families;
     mod faults;
     mod gradients;
