@@ -1,7 +1,9 @@
 //! The device chain's contracts, each tested by name: a host loss makes
 //! every earlier loss stale; a prediction moves one upload and one
 //! download; a prediction or a loss read after a trapped step latches the
-//! store; a prediction after an invalidate is `StaleDeviceGeneration`.
+//! store; a prediction after an invalidate is `StaleDeviceGeneration`; a
+//! resident input downloads only through its own store; an unrecoverable
+//! device and a server panic are seen through the store.
 
 use cistern_client::{BackendError, ComputeClient, DeviceParamStore, Tape};
 use cistern_optim::SgdConfig;
@@ -161,5 +163,88 @@ fn a_prediction_after_an_invalidate_is_stale_device_generation() {
     assert!(
         matches!(stale, Err(BackendError::StaleDeviceGeneration { .. })),
         "{stale:?}"
+    );
+}
+
+#[test]
+fn a_resident_input_downloads_only_through_the_store_and_device_that_own_it() {
+    let client = open();
+    let model = model(0xE5);
+    let store = store(&client, &model);
+    let other = super::common::store(&client, &model);
+    let elsewhere_client = open();
+    let elsewhere = super::common::store(&elsewhere_client, &model);
+    let input = ok(store.upload_resident_input(&model.x), "upload");
+    assert_eq!(ok(store.download_resident_input(&input), "own"), model.x);
+    assert!(matches!(
+        other.download_resident_input(&input),
+        Err(BackendError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        elsewhere.download_resident_input(&input),
+        Err(BackendError::DeviceMismatch | BackendError::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn an_unrecoverable_device_is_seen_through_the_store() {
+    use cistern_runtime::ProbeFault;
+    let client = open_with(
+        DeviceOptions::with_memory_limit(64 << 20).with_faults(
+            FaultPlan::none()
+                .with_trap_at_launch(1)
+                .with_probe_faults([ProbeFault::Sticky]),
+        ),
+    );
+    let model = model(0xE6);
+    let store = store(&client, &model);
+    let scratch = ok(client.reserve(64), "scratch");
+    ok(
+        client.launch(
+            client.default_stream(),
+            KernelLaunch::fill(scratch.whole(), 1.0),
+        ),
+        "launch",
+    );
+    assert!(client.sync(client.default_stream()).is_err(), "the trap");
+    let _ = client.invalidate(0);
+    let seen = store.sync_to_host().map(|_| ());
+    assert!(
+        matches!(seen, Err(BackendError::DeviceContextUnrecoverable { .. })),
+        "{seen:?}"
+    );
+    let again = predict(&store, &client, &model);
+    assert!(
+        matches!(
+            again,
+            Err(BackendError::DeviceContextUnrecoverable { .. } | BackendError::StorePoisoned)
+        ),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_server_panic_is_seen_through_the_store_and_latches_it() {
+    let model = model(0xE7);
+    let client = open_with(
+        DeviceOptions::with_memory_limit(64 << 20)
+            .with_faults(FaultPlan::none().with_server_panic_at_command(40)),
+    );
+    let store = store(&client, &model);
+    let mut seen = Ok(());
+    for _ in 0..40 {
+        seen = predict(&store, &client, &model);
+        if seen.is_err() {
+            break;
+        }
+    }
+    assert!(
+        matches!(seen, Err(BackendError::ServerPanicked { .. })),
+        "{seen:?}"
+    );
+    assert!(store.is_poisoned());
+    assert_eq!(
+        store.sync_to_host().map(|_| ()),
+        Err(BackendError::StorePoisoned)
     );
 }
