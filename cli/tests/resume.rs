@@ -1,8 +1,8 @@
 //! Resumable runs through the built binary: `cistern train` killed with
 //! SIGKILL at seeded moments (between steps, during a step, during a
 //! checkpoint write) and resumed each time ends with the very parameters
-//! of a run that never stopped, for SGD's device chain, Adam, AMP and a
-//! classifier; a
+//! of a run that never stopped, for SGD's device chain, Adam, AMP, a
+//! replica group and a classifier; a
 //! damaged newest checkpoint is passed over, saying so; another run's
 //! checkpoint is refused, naming the argument that differs.
 
@@ -223,6 +223,15 @@ fn adam_killed_four_times_ends_bit_identical() {
 #[test]
 fn adam_with_amp_killed_four_times_ends_bit_identical() {
     killed_and_resumed_ends_as_the_uninterrupted_run("amp", &["--optimizer", "adam", "--amp"], 3);
+}
+
+#[test]
+fn a_replica_group_of_two_devices_killed_four_times_ends_bit_identical() {
+    killed_and_resumed_ends_as_the_uninterrupted_run(
+        "group",
+        &["--optimizer", "adam", "--devices", "cpu:0,cpu:1"],
+        5,
+    );
 }
 
 #[test]

@@ -410,6 +410,75 @@ mod mpi {
         }
     }
 
+    /// Every tensor of a saved model, as raw bytes, by name.
+    fn tensors(file: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        let Ok(tensors) = safetensors::SafeTensors::deserialize(&bytes) else {
+            panic!("{} is not a saved model", file.display());
+        };
+        let mut out: Vec<(String, Vec<u8>)> = tensors
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| (name, view.data().to_vec()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn two_ranks_resumed_from_a_checkpoint_end_as_the_run_that_never_stopped() {
+        let dir = scratch("mpi-checkpoints");
+        let _ = std::fs::remove_dir_all(&dir);
+        let (whole, resumed) = (scratch("mpi-whole.st"), scratch("mpi-resumed.st"));
+        let args = |save: &std::path::Path| {
+            let mut args = vec![
+                "train",
+                "--steps",
+                "60",
+                "--json",
+                "--optimizer",
+                "adam",
+                "--amp",
+                "--distributed",
+                "mpi",
+                "--checkpoint-every",
+                "20",
+                "--keep",
+                "5",
+                "--checkpoint-dir",
+                path(&dir),
+                "--save",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect::<Vec<_>>();
+            args.push(path(save).to_string());
+            args
+        };
+        let run = |args: Vec<String>| {
+            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+            let output = under_mpirun(2, &refs);
+            assert!(output.status.success(), "{}", text(&output.stderr));
+            json_lines(&output)
+        };
+        run(args(&whole));
+        for step in [40, 60] {
+            let file = dir.join(format!("checkpoint-{step:012}.safetensors"));
+            assert!(
+                std::fs::remove_file(&file).is_ok(),
+                "rank 0 saved {}",
+                file.display()
+            );
+        }
+        let mut again = args(&resumed);
+        again.extend(["--resume".to_string(), path(&dir).to_string()]);
+        let lines = run(again);
+        let resume: Vec<&Value> = lines.iter().filter(|l| l["event"] == "resume").collect();
+        assert_eq!(resume.len(), 1, "rank 0 alone says where it resumed");
+        assert_eq!(resume[0]["step"], 20);
+        assert_eq!(tensors(&resumed), tensors(&whole));
+    }
+
     #[test]
     fn a_batch_smaller_than_the_world_is_refused_before_anything_runs() {
         let args = ["train", "--distributed", "mpi", "--batch", "2", "--json"];

@@ -3,7 +3,9 @@
 
 use std::ops::Range;
 
-use cistern_client::{BackendError, ComputeClient, DeviceParamStore, Tape, Tensor};
+use cistern_client::{
+    BackendError, ComputeClient, DeviceParamStore, StoreCheckpoint, Tape, Tensor,
+};
 use cistern_optim::{GradScaler, OptimizerConfig};
 
 use crate::buckets;
@@ -107,23 +109,62 @@ impl ReplicaGroup {
         params: &[Tensor<f32>],
     ) -> Result<Self, GroupError> {
         let shapes: Vec<Vec<usize>> = params.iter().map(|p| p.shape().to_vec()).collect();
-        let words = [digest::layout(&shapes), clients.len() as u64];
+        let words = [digest::layout(&shapes), clients.len() as u64, 0];
         let gathered = engine.all_gather(&words)?;
         check_ranks(&gathered)?;
+        let mut flat: Vec<f32> = params.iter().flat_map(|p| p.data().to_vec()).collect();
+        engine.broadcast(0, &mut flat)?;
+        Self::build(engine, clients, 0, |client| {
+            store_of(client, &shapes, &flat)
+        })
+    }
+
+    /// A group as [`new`](Self::new) builds it, every replica restored
+    /// from `checkpoint` (parameters, optimizer state, step count): a
+    /// resumed run. Every process passes the same checkpoint (a rank whose
+    /// checkpoint differs from rank 0's is `InvalidArgument` naming it, on
+    /// every rank); a checkpoint that does not fit is `InvalidArgument`.
+    pub fn restore(
+        mut engine: Box<dyn Collective>,
+        clients: Vec<ComputeClient>,
+        checkpoint: &StoreCheckpoint,
+    ) -> Result<Self, GroupError> {
+        let steps = checkpoint.optimizer.as_ref().map_or(0, |o| o.steps);
+        let mut state = digest::values(&checkpoint.params);
+        for buffer in checkpoint.optimizer.iter().flat_map(|o| &o.state) {
+            state = state.rotate_left(7) ^ digest::values(buffer);
+        }
+        let words = [
+            digest::layout(&checkpoint.shapes),
+            clients.len() as u64,
+            state ^ steps,
+        ];
+        let gathered = engine.all_gather(&words)?;
+        check_ranks(&gathered)?;
+        Self::build(engine, clients, steps, |client| {
+            DeviceParamStore::restore(&Tape::new(client), checkpoint)
+        })
+    }
+
+    /// The group of `clients`, each replica's store made by `store`.
+    fn build(
+        mut engine: Box<dyn Collective>,
+        clients: Vec<ComputeClient>,
+        steps: u64,
+        store: impl Fn(&ComputeClient) -> Result<DeviceParamStore, BackendError>,
+    ) -> Result<Self, GroupError> {
         if clients.is_empty() {
             return Err(GroupError::InvalidArgument(
                 "a replica group needs at least one device in each process".into(),
             ));
         }
-        let mut flat: Vec<f32> = params.iter().flat_map(|p| p.data().to_vec()).collect();
-        engine.broadcast(0, &mut flat)?;
         let count = clients.len() * engine.size();
         let first = engine.rank() * clients.len();
         let built = clients
             .into_iter()
             .enumerate()
             .map(|(local, client)| {
-                let store = store_of(&client, &shapes, &flat)?;
+                let store = store(&client)?;
                 Ok(Replica {
                     client,
                     store,
@@ -150,12 +191,12 @@ impl ReplicaGroup {
         };
         let buckets = buckets::plan(&replicas[0].store.slot_ranges());
         Ok(ReplicaGroup {
+            numel: replicas[0].store.numel(),
             engine,
             replicas,
             buckets,
-            numel: flat.len(),
             ended: None,
-            steps: 0,
+            steps,
             recoveries: 0,
         })
     }
@@ -666,7 +707,7 @@ enum Attempt {
 
 /// Every rank's `[layout digest, devices]` against rank 0's.
 fn check_ranks(gathered: &[u64]) -> Result<(), GroupError> {
-    let ranks: Vec<&[u64]> = gathered.chunks(2).collect();
+    let ranks: Vec<&[u64]> = gathered.chunks(3).collect();
     let Some(first) = ranks.first() else {
         return Ok(());
     };
@@ -682,6 +723,13 @@ fn check_ranks(gathered: &[u64]) -> Result<(), GroupError> {
             return Err(GroupError::InvalidArgument(format!(
                 "rank {rank} has {} devices and rank 0 {}: every rank needs as many",
                 words[1], first[1]
+            )));
+        }
+        if words[2] != first[2] {
+            return Err(GroupError::InvalidArgument(format!(
+                "rank {rank} restores another checkpoint than rank 0 (digest {:016x}, rank 0's \
+                 {:016x}): give every rank the same checkpoint",
+                words[2], first[2]
             )));
         }
     }

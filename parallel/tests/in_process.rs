@@ -283,3 +283,43 @@ fn rank_zero_s_parameters_reach_every_replica() {
     assert_eq!(group.count(), 3);
     assert_eq!(group.replicas()[2].index(), 2);
 }
+
+#[test]
+fn a_group_restored_from_a_checkpoint_goes_on_as_the_group_it_was_taken_from() {
+    let config = every_family().remove(1);
+    let (mut original, problem) = group(2, 12);
+    for _ in 0..5 {
+        ok(
+            original.step(&config, |replica| work(&problem, replica, 1.0)),
+            "step",
+        );
+    }
+    let checkpoint = ok(original.replicas()[0].store().checkpoint(), "checkpoint");
+    let clients = (2..4).map(cpu).collect();
+    let mut restored = ok(
+        ReplicaGroup::restore(Box::new(InProcess), clients, &checkpoint),
+        "restore",
+    );
+    assert_eq!(restored.steps(), 5);
+    for _ in 0..5 {
+        for group in [&mut original, &mut restored] {
+            ok(
+                group.step(&config, |replica| work(&problem, replica, 1.0)),
+                "step",
+            );
+        }
+    }
+    let (a, b) = (
+        ok(original.replica_digests(), "digests"),
+        ok(restored.replica_digests(), "digests"),
+    );
+    assert_eq!((a[0], a[1]), (b[0], b[1]));
+    assert_eq!(restored.steps(), 10);
+    let mut short = checkpoint;
+    short.params.pop();
+    let clients = (4..6).map(cpu).collect();
+    assert!(matches!(
+        ReplicaGroup::restore(Box::new(InProcess), clients, &short),
+        Err(GroupError::Replica { .. })
+    ));
+}

@@ -352,14 +352,6 @@ impl TrainArgs {
                 "--checkpoint-dir without --checkpoint-every: say how often to save".into(),
             );
         }
-        let checkpoints = self.checkpoint_every.is_some() || self.resume.is_some();
-        if checkpoints && self.is_group() {
-            return Err(
-                "--checkpoint-every and --resume train on one device: a replica group \
-                 (--devices, --distributed) cannot checkpoint yet"
-                    .into(),
-            );
-        }
         Ok(())
     }
 }

@@ -69,10 +69,13 @@ fn train(
     let (model, device_name) = match distributed::placement(args, &faults)? {
         Some(placement) => {
             let label = placement.label.clone();
-            (
-                StoreModel::upload_group(placement, layout.clone(), &initial)?,
-                label,
-            )
+            let model = match checkpoints.resume() {
+                Some(resume) => {
+                    StoreModel::restore_group(placement, layout.clone(), &resume.store)?
+                }
+                None => StoreModel::upload_group(placement, layout.clone(), &initial)?,
+            };
+            (model, label)
         }
         None => {
             let options = DeviceOptions::default().with_faults(faults);
@@ -146,9 +149,12 @@ fn train(
         interval_steps += 1;
         let rate = (step + 1 - first) as f64 / step_seconds.max(1e-9);
         output.step(step, loss, rate);
-        let store = trainer.model().store();
-        let scaler = trainer.scaler();
-        checkpoints.after_step(&output, step, store, trainer.skipped(), scaler)?;
+        // Rank 0 alone saves: every replica holds the same state.
+        if shows {
+            let store = trainer.model().store();
+            let scaler = trainer.scaler();
+            checkpoints.after_step(&output, step, store, trainer.skipped(), scaler)?;
+        }
         if shows && (step % every == 0 || step == steps) {
             let validation = evaluate(trainer.model(), prepared, &prepared.validation)?;
             let train = interval_loss / interval_steps as f64;

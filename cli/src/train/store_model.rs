@@ -89,6 +89,26 @@ impl StoreModel {
         })
     }
 
+    /// A replica group of `placement`, every replica restored from
+    /// `checkpoint` (every rank reads the same one).
+    pub fn restore_group(
+        placement: Placement,
+        layout: Layout,
+        checkpoint: &StoreCheckpoint,
+    ) -> Result<Self, Failure> {
+        let client = placement
+            .clients
+            .first()
+            .cloned()
+            .ok_or_else(|| Failure::Usage("a replica group needs a device".into()))?;
+        let group = ReplicaGroup::restore(placement.engine, placement.clients, checkpoint)?;
+        Ok(StoreModel {
+            layout,
+            client,
+            holder: Holder::Group(group),
+        })
+    }
+
     /// The client of its (first) device.
     pub fn client(&self) -> &ComputeClient {
         &self.client
