@@ -37,6 +37,10 @@ pub struct FaultPlan {
     /// Each accepted launch traps with this probability, drawn from a
     /// seeded generator: the same seed and launches trap the same launch.
     pub launch_trap_rate: Option<TrapRate>,
+    /// The Nth launch batch is refused as if another caller had begun a
+    /// capture (`CaptureInProgress`, transient: nothing of it runs, its
+    /// token fails, nothing latches), as a racing capture would.
+    pub busy_batch: Option<u64>,
 }
 
 /// How one recovery probe attempt is made to fail.
@@ -117,6 +121,12 @@ impl FaultPlan {
         self
     }
 
+    /// The Nth launch batch is refused as if a capture were in progress.
+    pub fn with_busy_batch(mut self, n: u64) -> Self {
+        self.busy_batch = Some(n);
+        self
+    }
+
     /// The server panics while handling its Nth command.
     pub fn with_server_panic_at_command(mut self, n: u64) -> Self {
         self.server_panic_at_command = Some(n);
@@ -129,6 +139,7 @@ impl FaultPlan {
 pub(crate) struct FaultInjector {
     plan: FaultPlan,
     launches: u64,
+    batches: u64,
     reservations: u64,
     transfers: u64,
     probes: VecDeque<ProbeFault>,
@@ -147,6 +158,7 @@ impl FaultInjector {
             probes: plan.probe_faults.iter().copied().collect(),
             plan,
             launches: 0,
+            batches: 0,
             reservations: 0,
             transfers: 0,
             random: SplitMix64::new(seed),
@@ -167,6 +179,12 @@ impl FaultInjector {
             None => false,
         };
         nth || drawn
+    }
+
+    /// Counts one launch batch; whether it is refused as busy.
+    pub(crate) fn batch_busy(&mut self) -> bool {
+        self.batches += 1;
+        self.plan.busy_batch == Some(self.batches)
     }
 
     /// Counts one reservation; whether it fails.

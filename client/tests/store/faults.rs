@@ -1,8 +1,8 @@
 //! Device faults and the store: a trap mid-training latches it (it refuses
 //! every call and never shows its bytes), concurrent readers see only
 //! errors, an invalidate makes it stale, the poison error names the
-//! generation to invalidate, and a capture by another client never
-//! poisons it.
+//! generation to invalidate, a capture by another client never poisons
+//! it, and a queued step refused as transient is put back and retried.
 
 use std::sync::Arc;
 
@@ -311,4 +311,48 @@ fn a_trap_in_an_amp_step_is_its_answer_and_latches_the_store() {
     );
     assert_eq!(scaler.growth_tracker(), 0, "the scaler is not updated");
     refuses_every_call(&client, &mut store);
+}
+
+#[test]
+fn a_queued_step_refused_as_transient_is_put_back_and_retries_to_the_same_result() {
+    let model = model(0x81);
+    // The batch number of the first step's own launch batch, on a clean device.
+    let clean = open();
+    let mut reference = store(&clean, &model);
+    let mut step_batch = 0;
+    with_gradients(&clean, &mut reference, &model, |store, gradients| {
+        step_batch = ok(clean.server_stats(), "stats").batches + 1;
+        ok(store.step(gradients, &momentum()), "the clean step");
+    });
+    let want = ok(reference.sync_to_host(), "the clean step's parameters");
+    let client = open_with(
+        DeviceOptions::with_memory_limit(64 << 20)
+            .with_faults(FaultPlan::none().with_busy_batch(step_batch)),
+    );
+    let mut store = store(&client, &model);
+    with_gradients(&client, &mut store, &model, |store, gradients| {
+        assert_eq!(ok(client.server_stats(), "stats").batches + 1, step_batch);
+        // Queued: the refusal comes back through the step's token.
+        ok(store.step(gradients, &momentum()), "the step is queued");
+        assert!(matches!(
+            store.wait_device(),
+            Err(BackendError::DeviceContextCaptureInProgress { .. })
+        ));
+        assert!(!store.is_poisoned(), "a transient refusal never latches");
+        // The next mutating call puts the refused step back (its step
+        // count, its momentum's first-step state, the pending forward)
+        // and answers the refusal once, running nothing; then the same
+        // gradients step again.
+        assert!(matches!(
+            store.step(gradients, &momentum()),
+            Err(BackendError::DeviceContextCaptureInProgress { .. })
+        ));
+        assert_eq!(store.steps(), 0, "the refused step is put back");
+        ok(store.step(gradients, &momentum()), "the retried step");
+    });
+    assert_eq!(store.steps(), 1, "the refused step is not counted");
+    assert_eq!(
+        ok(store.sync_to_host(), "the retried step's parameters"),
+        want
+    );
 }

@@ -199,6 +199,14 @@ impl<B: Backend> ServerCore<B> {
     ) {
         self.stats.batches += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
+        if let Err(error) = self.inject_busy_batch() {
+            // As a capture refuses it: the token alone, nothing latched.
+            trace_refusal("launch", &error);
+            if let Some(token) = token {
+                token.fail(error);
+            }
+            return;
+        }
         let mut uses = Vec::new();
         let resolved = self.gate(stream).and_then(|()| {
             launches

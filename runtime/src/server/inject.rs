@@ -29,6 +29,22 @@ impl<B: Backend> ServerCore<B> {
         }
     }
 
+    /// A launch batch: `CaptureInProgress` if the plan says it is refused
+    /// as a racing capture would refuse it.
+    #[inline]
+    pub(super) fn inject_busy_batch(&mut self) -> Result<(), ServerError> {
+        let busy = self
+            .faults
+            .as_mut()
+            .is_some_and(|faults| faults.batch_busy());
+        match busy {
+            true => Err(ServerError::CaptureInProgress {
+                ordinal: self.ordinal,
+            }),
+            false => Ok(()),
+        }
+    }
+
     /// Accepted launch work: each launch the plan says traps is replaced
     /// by the `Trap` kernel, so the device faults for real.
     #[inline]
