@@ -2,6 +2,7 @@
 //! API against every device present. Every backend must pass it unchanged.
 
 mod conformance {
+    pub mod broadcast;
     pub mod capture;
     pub mod capture_faults;
     pub mod classify;
@@ -124,6 +125,10 @@ conformance_tests! {
     capture_faults::a_trap_during_replay_poisons_the_device,
     capture_faults::a_graph_from_before_an_invalidate_is_refused_as_stale,
     capture_faults::a_fault_while_capturing_discards_the_capture,
+    broadcast::broadcast_and_strided_sum_kernels_match_the_f64_reference,
+    broadcast::a_strided_walk_past_its_input_is_refused_before_it_runs,
+    broadcast::broadcasting_arithmetic_on_the_tape_matches_finite_differences,
+    broadcast::reductions_and_views_on_the_tape_match_finite_differences,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

@@ -122,6 +122,10 @@ catalogue! {
     NllLoss => "nll_loss",
     /// [`crate::class_loss_backward`] over log-probabilities.
     NllLossBackward => "nll_loss_backward",
+    /// [`crate::broadcast_binary`]: add, sub, mul or div with broadcasting.
+    BroadcastBinary => "broadcast_binary",
+    /// [`crate::strided_sum`]: a sum over strided dimensions, or a gather.
+    StridedSum => "strided_sum",
 }
 
 #[cfg(test)]

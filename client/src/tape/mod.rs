@@ -12,10 +12,13 @@ mod node;
 mod ops;
 mod rules;
 mod sinks;
+mod strides;
 #[allow(clippy::module_inception)]
 mod tape;
 mod tensor;
 mod var;
+mod view_rules;
+mod views;
 mod work;
 
 pub use classify::{BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, NllLossOptions};

@@ -1,7 +1,7 @@
 //! What a tape records per value: its device buffer, shape, whether it is
 //! tracked, and the operation that made it (its inputs named by index).
 
-use cistern_runtime::Activation;
+use cistern_runtime::{Activation, BinaryOp};
 
 use super::classify::{BceRecord, ClassLossRecord};
 use crate::compute::Buffer;
@@ -62,10 +62,12 @@ pub(super) enum Op {
         input: VarIndex,
         activation: Activation,
     },
-    /// `a + b`.
-    Add { a: VarIndex, b: VarIndex },
-    /// `a ⊙ b`.
-    Mul { a: VarIndex, b: VarIndex },
+    /// `a op b` (add, sub, mul, div), broadcast to the value's shape.
+    Binary {
+        op: BinaryOp,
+        a: VarIndex,
+        b: VarIndex,
+    },
     /// `factor·input`.
     Scale { input: VarIndex, factor: f32 },
     /// `Σ input`.
@@ -91,6 +93,18 @@ pub(super) enum Op {
         input: VarIndex,
         record: Box<BceRecord>,
     },
+    /// The sum (or mean) over `dims` of `input`, with or without the
+    /// summed dimensions kept as 1s (the data is the same either way).
+    SumDims {
+        input: VarIndex,
+        dims: Vec<usize>,
+        mean: bool,
+    },
+    /// The same elements under another shape (no copy).
+    Reshape { input: VarIndex },
+    /// `input` with its dimensions reordered: dimension `i` is `input`'s
+    /// `order[i]` (a strided copy).
+    Permute { input: VarIndex, order: Vec<usize> },
 }
 
 impl Op {
@@ -98,7 +112,7 @@ impl Op {
     pub(super) fn inputs(&self) -> Vec<VarIndex> {
         match *self {
             Op::Leaf => Vec::new(),
-            Op::MatMul { a, b } | Op::Add { a, b } | Op::Mul { a, b } => vec![a, b],
+            Op::MatMul { a, b } | Op::Binary { a, b, .. } => vec![a, b],
             Op::Linear {
                 input,
                 weight,
@@ -114,7 +128,10 @@ impl Op {
             | Op::Mean { input }
             | Op::Softmax { input, .. }
             | Op::ClassLoss { input, .. }
-            | Op::BceWithLogits { input, .. } => vec![input],
+            | Op::BceWithLogits { input, .. }
+            | Op::SumDims { input, .. }
+            | Op::Reshape { input }
+            | Op::Permute { input, .. } => vec![input],
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

@@ -5,7 +5,9 @@
 //! (`server/validate.rs` applies the rules); backends trust it.
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, KernelId, MapOp};
+use cistern_kernels::{
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, GemmSpec, KernelId, MapOp, SumSpec,
+};
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
 
@@ -120,6 +122,18 @@ pub enum ShapeRule<'a> {
         spec: &'a ClassLossSpec,
         /// Whether this is the backward (a gradient binding last).
         backward: bool,
+    },
+    /// A broadcast binary operation: `a` and `b` hold what their strides
+    /// reach, `out` the output's elements.
+    Broadcast {
+        /// The walk and the operation.
+        spec: &'a BroadcastSpec,
+    },
+    /// A strided sum: `x` holds what the strides reach, `out` the output's
+    /// elements.
+    StridedSum {
+        /// The walk and the scale.
+        spec: &'a SumSpec,
     },
 }
 
@@ -290,6 +304,18 @@ impl Kernel {
                 };
                 contract(id.name(), id, signature, shape)
             }
+            Kernel::BroadcastBinary(spec) => contract(
+                "broadcast_binary",
+                KernelId::BroadcastBinary,
+                &[R, R, W],
+                ShapeRule::Broadcast { spec },
+            ),
+            Kernel::StridedSum(spec) => contract(
+                "strided_sum",
+                KernelId::StridedSum,
+                &[R, W],
+                ShapeRule::StridedSum { spec },
+            ),
         }
     }
 }
@@ -353,6 +379,16 @@ impl ShapeRule<'_> {
                     message: format!("class loss: {error}"),
                 });
         }
+        let walk = match self {
+            ShapeRule::Broadcast { spec } => Some(spec.validate()),
+            ShapeRule::StridedSum { spec } => Some(spec.validate()),
+            _ => None,
+        };
+        if let Some(checked) = walk {
+            return checked.map_err(|error| ServerError::InvalidArgument {
+                message: error.to_string(),
+            });
+        }
         if let ShapeRule::CountedStep { step } = self {
             let kernel = step.kernel_id().name();
             return step
@@ -388,6 +424,15 @@ impl ShapeRule<'_> {
                 elements.get(index).copied().unwrap_or(0)
             ))),
             None => Err(invalid(format!("the size of {what} overflows"))),
+        };
+        // A binding read through strides holds at least what they reach.
+        let reaches = |index: usize, extent: Option<u64>, what: &str| match extent {
+            Some(extent) if elements.get(index).is_some_and(|&len| len >= extent) => Ok(()),
+            Some(extent) => Err(invalid(format!(
+                "binding {index} ({what}) has {} elements; its strides reach {extent}",
+                elements.get(index).copied().unwrap_or(0)
+            ))),
+            None => Err(invalid(format!("the extent of {what} overflows"))),
         };
         match *self {
             ShapeRule::Any => Ok(()),
@@ -476,6 +521,15 @@ impl ShapeRule<'_> {
                 } else {
                     expect(next, Some(loss), "out")
                 }
+            }
+            ShapeRule::Broadcast { spec } => {
+                reaches(0, spec.a_extent(), "a")?;
+                reaches(1, spec.b_extent(), "b")?;
+                expect(2, spec.outputs(), "out")
+            }
+            ShapeRule::StridedSum { spec } => {
+                reaches(0, spec.extent(), "x")?;
+                expect(1, spec.outputs(), "out")
             }
         }
     }

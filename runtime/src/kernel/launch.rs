@@ -1,7 +1,9 @@
 //! Constructors of well-formed launches, one per kernel: bindings in the
 //! order of the kernel's signature.
 
-use cistern_kernels::{Activation, ClassLossSpec, GemmSpec, MapOp, ScaleRule};
+use cistern_kernels::{
+    Activation, BroadcastSpec, ClassLossSpec, GemmSpec, MapOp, ScaleRule, SumSpec,
+};
 
 use super::{Binding, Kernel, KernelLaunch};
 use crate::optimizer::SegmentTable;
@@ -212,5 +214,16 @@ impl KernelLaunch {
         ];
         let kernel = Kernel::ClassLossBackward(Box::new(spec));
         Self::new(kernel, bindings.into_iter().flatten().collect())
+    }
+
+    /// `BroadcastBinary`: `out ← a op b` through the strides of `spec`.
+    pub fn broadcast_binary(spec: BroadcastSpec, a: Binding, b: Binding, out: Binding) -> Self {
+        Self::new(Kernel::BroadcastBinary(Box::new(spec)), vec![a, b, out])
+    }
+
+    /// `StridedSum`: `out ← scale·Σ x` over the summed dimensions of
+    /// `spec` (a strided gather when it sums over none).
+    pub fn strided_sum(spec: SumSpec, x: Binding, out: Binding) -> Self {
+        Self::new(Kernel::StridedSum(Box::new(spec)), vec![x, out])
     }
 }

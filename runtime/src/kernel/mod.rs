@@ -26,7 +26,8 @@ pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
-    Activation, ClassLossSpec, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule,
+    Activation, BroadcastSpec, ClassLossSpec, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule,
+    SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +152,14 @@ pub enum Kernel {
     /// `input`, `targets`, `weight` (when weighted), `grad_output` (as long
     /// as the loss), `grad_input` (`rows×classes`).
     ClassLossBackward(Box<ClassLossSpec>),
+    /// `out ← a op b` with PyTorch's broadcasting, through strides
+    /// (`cistern_kernels::broadcast_binary`): bindings `a`, `b`, `out`.
+    /// Boxed: wide.
+    BroadcastBinary(Box<BroadcastSpec>),
+    /// A scaled sum over strided dimensions, or a strided gather when it
+    /// sums over none (`cistern_kernels::strided_sum`): bindings `x`, `out`.
+    /// Boxed: wide.
+    StridedSum(Box<SumSpec>),
 }
 
 impl Kernel {

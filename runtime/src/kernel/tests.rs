@@ -54,6 +54,28 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
             b,
         ),
     ];
+    launches.push(KernelLaunch::broadcast_binary(
+        cistern_kernels::BroadcastSpec {
+            op: cistern_kernels::BinaryOp::Add,
+            shape: vec![1],
+            a_strides: vec![0],
+            b_strides: vec![0],
+        },
+        b,
+        b,
+        b,
+    ));
+    launches.push(KernelLaunch::strided_sum(
+        cistern_kernels::SumSpec {
+            shape: vec![1],
+            strides: vec![0],
+            summed: vec![],
+            summed_strides: vec![],
+            scale: 1.0,
+        },
+        b,
+        b,
+    ));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));
         launches.push(KernelLaunch::softmax_backward(b, b, 1, 1, log, b));

@@ -51,7 +51,9 @@ pub(super) fn run_launch(
         | Kernel::Softmax { .. }
         | Kernel::SoftmaxBackward { .. }
         | Kernel::ClassLoss(_)
-        | Kernel::ClassLossBackward(_) => {}
+        | Kernel::ClassLossBackward(_)
+        | Kernel::BroadcastBinary(_)
+        | Kernel::StridedSum(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

@@ -164,6 +164,13 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
             cistern_kernels::class_loss_backward(spec, input, targets, weight, grad_output, grad)
                 .map_err(refused)?;
         }
+        Kernel::BroadcastBinary(spec) => {
+            let (a, c, out) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::broadcast_binary(spec, a, c, out).map_err(refused)?;
+        }
+        Kernel::StridedSum(spec) => {
+            cistern_kernels::strided_sum(spec, b.read(0)?, b.write(1)?).map_err(refused)?;
+        }
     }
     Ok(())
 }

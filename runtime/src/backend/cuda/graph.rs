@@ -109,7 +109,9 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::Softmax { .. }
         | Kernel::SoftmaxBackward { .. }
         | Kernel::ClassLoss(_)
-        | Kernel::ClassLossBackward(_) => true,
+        | Kernel::ClassLossBackward(_)
+        | Kernel::BroadcastBinary(_)
+        | Kernel::StridedSum(_) => true,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, Reduction};
+use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, MAX_RANK, Reduction};
 use cistern_optim::OptimizerConfig;
 use cudarc::driver::sys::CUstream;
 
@@ -32,6 +32,19 @@ impl CudaSlice {
     fn floats(&self) -> u64 {
         self.len / 4
     }
+}
+
+/// `values` padded in front with `fill` to the broadcast kernels' rank
+/// (`broadcast.cu`); a longer list (refused by the contract) is malformed.
+fn padded(values: &[u64], fill: u64) -> Result<[Arg; MAX_RANK], LaunchError> {
+    let lead = MAX_RANK
+        .checked_sub(values.len())
+        .ok_or_else(|| malformed("a broadcast of more than 6 dimensions"))?;
+    let mut args = [Arg::U64(fill); MAX_RANK];
+    for (slot, &value) in args[lead..].iter_mut().zip(values) {
+        *slot = Arg::U64(value);
+    }
+    Ok(args)
 }
 
 /// Threads per block of every kernel (the reductions assume it).
@@ -262,6 +275,26 @@ impl Launcher<'_> {
                 let mut args = vec![p(0)?, p(1)?, weight, p(next)?, p(next + 1)?];
                 args.extend(class_loss_args(spec));
                 self.stride("cistern_class_loss_backward", spec.rows as u64, &args)
+            }
+            Kernel::BroadcastBinary(spec) => {
+                let n = b.floats(2)?;
+                let mut args = vec![p(0)?, p(1)?, p(2)?, Arg::I32(spec.op.code() as i32)];
+                args.extend(padded(&spec.shape, 1)?);
+                args.extend(padded(&spec.a_strides, 0)?);
+                args.extend(padded(&spec.b_strides, 0)?);
+                args.push(Arg::U64(n));
+                self.stride("cistern_broadcast_binary", n, &args)
+            }
+            Kernel::StridedSum(spec) => {
+                let n = b.floats(1)?;
+                let summed = spec.summed.iter().product::<u64>();
+                let mut args = vec![p(0)?, p(1)?, Arg::F32(spec.scale)];
+                args.extend(padded(&spec.shape, 1)?);
+                args.extend(padded(&spec.strides, 0)?);
+                args.extend(padded(&spec.summed, 1)?);
+                args.extend(padded(&spec.summed_strides, 0)?);
+                args.extend([Arg::U64(summed), Arg::U64(n)]);
+                self.stride("cistern_strided_sum", n, &args)
             }
             Kernel::MseLoss => {
                 let n = b.same_floats(&[0, 1])?;

@@ -5,7 +5,9 @@
 //! element-wise, a grid too large) is refused as `UnsupportedOperation`
 //! before anything runs, and the device stays healthy.
 
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, MapOp, Reduction};
+use cistern_kernels::{
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, MapOp, Reduction, SumSpec,
+};
 use cistern_optim::{LambConfig, OptimizerConfig};
 
 use super::context::GpuContext;
@@ -63,6 +65,14 @@ const SOFTMAX_BACKWARD: Entry = entry(Module::Reduce, "softmax_rows_backward", 3
 const CLASS_LOSS_ROWS: Entry = entry(Module::Reduce, "class_loss_rows", 4);
 const CLASS_LOSS_TOTAL: Entry = entry(Module::Reduce, "class_loss_total", 4);
 const CLASS_LOSS_BACKWARD: Entry = entry(Module::Reduce, "class_loss_backward", 5);
+const BROADCAST_BINARY: Entry = Entry {
+    table: true,
+    ..entry(Module::Strided, "broadcast_binary", 3)
+};
+const STRIDED_SUM: Entry = Entry {
+    table: true,
+    ..entry(Module::Strided, "strided_sum", 2)
+};
 const SEGMENT_SUM: Entry = Entry {
     table: true,
     ..entry(Module::Reduce, "segment_sum", 2)
@@ -223,7 +233,85 @@ impl GpuContext {
                 self.rows_dispatch(CLASS_LOSS_BACKWARD, &slices, Some(weight), params)
                     .map_err(refused)
             }
+            Kernel::BroadcastBinary(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                self.broadcast_binary(spec, &slices).map_err(refused)
+            }
+            Kernel::StridedSum(spec) => {
+                let slices = [b(0)?, b(1)?];
+                self.strided_sum(spec, &slices).map_err(refused)
+            }
         }
+    }
+
+    /// A broadcast binary operation: one invocation per output element,
+    /// the shape and strides in the table (`broadcast.wgsl`).
+    fn broadcast_binary(
+        &self,
+        spec: &BroadcastSpec,
+        slices: &[&GpuSlice; 3],
+    ) -> Result<Plan<'static>, ServerError> {
+        let n = elements(slices[2]);
+        if n == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let words = [&spec.shape, &spec.a_strides, &spec.b_strides]
+            .into_iter()
+            .flatten()
+            .map(|&value| u32_of(value))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut params = Params::new(spec.op.code(), &[]);
+        params.u[8] = spec.shape.len() as u32;
+        self.table_dispatch(BROADCAST_BINARY, slices, &words, params, n)
+    }
+
+    /// A strided sum: one invocation per output element, the dimensions and
+    /// strides in the table (`broadcast.wgsl`).
+    fn strided_sum(
+        &self,
+        spec: &SumSpec,
+        slices: &[&GpuSlice; 2],
+    ) -> Result<Plan<'static>, ServerError> {
+        let n = elements(slices[1]);
+        if n == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let lists = [
+            &spec.shape,
+            &spec.strides,
+            &spec.summed,
+            &spec.summed_strides,
+        ];
+        let words = lists
+            .into_iter()
+            .flatten()
+            .map(|&value| u32_of(value))
+            .collect::<Result<Vec<_>, _>>()?;
+        let summed = u32_of(spec.summed.iter().product::<u64>())?;
+        let mut params = Params::new(0, &[spec.scale]);
+        params.u[8] = spec.shape.len() as u32;
+        params.u[9] = spec.summed.len() as u32;
+        params.u[10] = summed;
+        self.table_dispatch(STRIDED_SUM, slices, &words, params, n)
+    }
+
+    /// One dispatch of `entry` over `slices` with `words` as its table, one
+    /// invocation per item.
+    fn table_dispatch(
+        &self,
+        entry: Entry,
+        slices: &[&GpuSlice],
+        words: &[u32],
+        params: Params,
+        items: u64,
+    ) -> Result<Plan<'static>, ServerError> {
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        let table = self.table(words);
+        let dispatch = self.dispatch(entry, windows, Some(table), params, items)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
     }
 
     /// One dispatch of a row-wise `entry`, one invocation per row

@@ -47,7 +47,7 @@ impl Module {
             Module::Optimizer => &[wgsl::STEP, wgsl::OPTIMIZER],
             Module::OptimizerVec4 => &[wgsl::STEP, wgsl::OPTIMIZER_VEC4],
             Module::Amp => &[wgsl::AMP],
-            Module::Strided => &[wgsl::STRIDED],
+            Module::Strided => &[wgsl::STRIDED, wgsl::BROADCAST],
             Module::Map | Module::MapVec4 => &[],
         };
         let bindings = match self {
