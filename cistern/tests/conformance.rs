@@ -13,6 +13,7 @@ mod conformance {
     pub mod kernels;
     pub mod kernels_bindings;
     pub mod large;
+    pub mod layers;
     pub mod memory;
     pub mod optim;
     pub mod optim_amp;
@@ -129,6 +130,10 @@ conformance_tests! {
     broadcast::a_strided_walk_past_its_input_is_refused_before_it_runs,
     broadcast::broadcasting_arithmetic_on_the_tape_matches_finite_differences,
     broadcast::reductions_and_views_on_the_tape_match_finite_differences,
+    layers::layer_norm_on_the_tape_matches_finite_differences,
+    layers::embedding_on_the_tape_matches_finite_differences,
+    layers::softmax_over_the_last_dimension_of_a_3d_tensor_matches_finite_differences,
+    layers::layer_norm_and_embedding_over_many_workgroups_match_the_reference,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

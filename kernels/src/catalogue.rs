@@ -126,6 +126,14 @@ catalogue! {
     BroadcastBinary => "broadcast_binary",
     /// [`crate::strided_sum`]: a sum over strided dimensions, or a gather.
     StridedSum => "strided_sum",
+    /// [`crate::layer_norm`]: layer normalisation over rows.
+    LayerNorm => "layer_norm",
+    /// [`crate::layer_norm_backward`]: its fused backward.
+    LayerNormBackward => "layer_norm_backward",
+    /// [`crate::embedding`]: a gather of table rows by index.
+    Embedding => "embedding",
+    /// [`crate::embedding_backward`]: its deterministic scatter-add.
+    EmbeddingBackward => "embedding_backward",
 }
 
 #[cfg(test)]

@@ -16,10 +16,12 @@ mod catalogue;
 mod classify;
 pub mod cuda;
 mod elementwise;
+mod embedding;
 mod erf;
 mod error;
 mod gemm;
 pub mod map;
+mod norm;
 mod optimizer;
 mod parallel;
 mod reduce;
@@ -34,10 +36,12 @@ pub use classify::{
     softmax_backward,
 };
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
+pub use embedding::{EmbeddingSpec, embedding, embedding_backward};
 pub use erf::{erf, erfc};
 pub use error::KernelError;
 pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_threads, gemm_with};
 pub use map::{MapOp, MapScalars, map};
+pub use norm::{LayerNormSpec, layer_norm, layer_norm_backward};
 pub use optimizer::{
     ScaleRule, StepContext, StepOutcome, StepScalars, adagrad_step, adam_step, adamw_step,
     amp_unscale, amp_unscale_by_device_scale, amp_update_scale, lamb_step, optimizer_step,

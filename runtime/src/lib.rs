@@ -24,8 +24,9 @@ pub mod sync;
 pub mod testing;
 
 pub use cistern_kernels::{
-    Activation, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, GemmSpec, MAX_RANK, MapOp,
-    MapScalars, Reduction, ScaleRule, Segment, SumSpec, check_targets,
+    Activation, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GemmSpec,
+    LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction, ScaleRule, Segment, SumSpec,
+    check_targets,
 };
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,

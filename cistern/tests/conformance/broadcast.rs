@@ -19,7 +19,7 @@ const TOLERANCE: f64 = 1e-5;
 const FD_TOLERANCE: f64 = 1e-4;
 const STEP: f64 = 1e-6;
 
-fn values(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
+pub fn values(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect()
 }
 
@@ -29,7 +29,7 @@ fn run(client: &ComputeClient, launch: KernelLaunch) {
     ok(token.wait(), what);
 }
 
-fn close(got: f64, want: f64, tolerance: f64) -> bool {
+pub fn close(got: f64, want: f64, tolerance: f64) -> bool {
     (got - want).abs() <= tolerance * (1.0 + want.abs())
 }
 
@@ -130,7 +130,7 @@ fn permute_reference(x: &[f64], shape: &[usize], order: &[usize]) -> Vec<f64> {
         .collect()
 }
 
-fn widen(values: &[f32]) -> Vec<f64> {
+pub fn widen(values: &[f32]) -> Vec<f64> {
     values.iter().map(|&v| f64::from(v)).collect()
 }
 
@@ -312,7 +312,7 @@ pub fn a_strided_walk_past_its_input_is_refused_before_it_runs(device: Device) {
 /// `seed`; inputs listed in `positive` are kept in [1.5, 2.5], away from
 /// a division's pole), checked forward against `host` and backward
 /// against its finite differences, through the loss Σ y ⊙ w for random w.
-fn check_tape<F, H>(
+pub fn check_tape<F, H>(
     device: Device,
     name: &str,
     shapes: &[&[usize]],

@@ -8,6 +8,7 @@
 mod backward;
 mod classify;
 mod gradients;
+mod layers;
 mod node;
 mod ops;
 mod rules;

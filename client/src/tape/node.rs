@@ -4,6 +4,7 @@
 use cistern_runtime::{Activation, BinaryOp};
 
 use super::classify::{BceRecord, ClassLossRecord};
+use super::layers::{EmbeddingRecord, LayerNormRecord};
 use crate::compute::Buffer;
 
 /// A value's index on its tape: values are never removed, so an index never
@@ -105,6 +106,19 @@ pub(super) enum Op {
     /// `input` with its dimensions reordered: dimension `i` is `input`'s
     /// `order[i]` (a strided copy).
     Permute { input: VarIndex, order: Vec<usize> },
+    /// Layer normalisation over the last dimensions, affine when `weight`
+    /// and `bias` are given.
+    LayerNorm {
+        input: VarIndex,
+        weight: Option<VarIndex>,
+        bias: Option<VarIndex>,
+        record: Box<LayerNormRecord>,
+    },
+    /// Rows of the table `weight` gathered by index.
+    Embedding {
+        weight: VarIndex,
+        record: Box<EmbeddingRecord>,
+    },
 }
 
 impl Op {
@@ -132,6 +146,13 @@ impl Op {
             | Op::SumDims { input, .. }
             | Op::Reshape { input }
             | Op::Permute { input, .. } => vec![input],
+            Op::LayerNorm {
+                input,
+                weight,
+                bias,
+                ..
+            } => std::iter::once(input).chain(weight).chain(bias).collect(),
+            Op::Embedding { weight, .. } => vec![weight],
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

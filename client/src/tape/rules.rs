@@ -163,6 +163,22 @@ impl Tape {
                 }
             }
             Op::Reshape { input } => out.push((input, grad.clone())),
+            Op::LayerNorm {
+                input,
+                weight,
+                bias,
+                record,
+            } => {
+                let reached = |input: VarIndex| reached(&input);
+                let inputs = (input, weight, bias);
+                out.extend(self.layer_norm_gradients(inputs, &record, grad, reached, sinks)?);
+            }
+            Op::Embedding { weight, record } => {
+                if reached(&weight) {
+                    let g = self.embedding_gradient(weight, &record, grad, sinks)?;
+                    out.push((weight, Grad::Device(g)));
+                }
+            }
             Op::Permute { input, order } => {
                 if reached(&input) {
                     let g = self.permute_gradient(input, &order, &shape, grad, sinks)?;

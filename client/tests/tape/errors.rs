@@ -306,3 +306,39 @@ fn views_and_reductions_refuse_dimensions_that_do_not_fit_naming_them() {
     }
     assert_eq!(ok(tape.add(&deep, &deep), "equal shapes").shape(), [1; 7]);
 }
+
+#[test]
+fn layer_norm_and_embedding_refuse_shapes_and_indices_that_do_not_fit_naming_them() {
+    let client = open();
+    let tape = Tape::new(&client);
+    let x = ok(tape.var(&ok(Tensor::full([2, 3, 4], 1.0f32), "x")), "x");
+    let w3 = ok(tape.var(&ok(Tensor::full([3], 1.0f32), "w3")), "w3");
+    let w4 = ok(tape.var(&ok(Tensor::full([4], 1.0f32), "w4")), "w4");
+    let table = ok(
+        tape.var(&ok(Tensor::full([5, 2], 1.0f32), "table")),
+        "table",
+    );
+    let refusals = [
+        (
+            tape.layer_norm(&x, &[3], None, None, 1e-5).err(),
+            "not the end",
+        ),
+        (
+            tape.layer_norm(&x, &[4], Some(&w3), Some(&w4), 1e-5).err(),
+            "weight has shape [3]",
+        ),
+        (tape.layer_norm(&x, &[4], None, None, f32::NAN).err(), "eps"),
+        (
+            tape.embedding(&table, &[0, 5], &[2]).err(),
+            "index 5 at position 1",
+        ),
+        (tape.embedding(&table, &[0, 1], &[3]).err(), "do not fill"),
+        (tape.embedding(&x, &[0], &[1]).err(), "vocab×dim"),
+    ];
+    for (refused, says) in refusals {
+        let Some(AutodiffError::InvalidArgument(message)) = refused else {
+            panic!("expected an invalid argument saying {says:?}: {refused:?}");
+        };
+        assert!(message.contains(says), "{message:?} should say {says:?}");
+    }
+}

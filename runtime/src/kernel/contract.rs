@@ -6,7 +6,8 @@
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassInput, ClassLossSpec, GemmSpec, KernelId, MapOp, SumSpec,
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GemmSpec, KernelId,
+    LayerNormSpec, MapOp, SumSpec,
 };
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
@@ -134,6 +135,22 @@ pub enum ShapeRule<'a> {
     StridedSum {
         /// The walk and the scale.
         spec: &'a SumSpec,
+    },
+    /// A layer normalisation (or its backward): matrices `rows×cols`, the
+    /// weight and bias `cols`, the stats `2·rows`.
+    LayerNorm {
+        /// The shape and options.
+        spec: &'a LayerNormSpec,
+        /// Whether this is the backward.
+        backward: bool,
+    },
+    /// An embedding lookup (or its backward): the table `vocab×dim`, the
+    /// indices `rows`, the rows looked up `rows×dim`.
+    Embedding {
+        /// The shape.
+        spec: &'a EmbeddingSpec,
+        /// Whether this is the backward.
+        backward: bool,
     },
 }
 
@@ -316,6 +333,50 @@ impl Kernel {
                 &[R, W],
                 ShapeRule::StridedSum { spec },
             ),
+            Kernel::LayerNorm(spec) => contract(
+                "layer_norm",
+                KernelId::LayerNorm,
+                if spec.affine {
+                    &[R, R, R, W, W]
+                } else {
+                    &[R, W, W]
+                },
+                ShapeRule::LayerNorm {
+                    spec,
+                    backward: false,
+                },
+            ),
+            Kernel::LayerNormBackward(spec) => contract(
+                "layer_norm_backward",
+                KernelId::LayerNormBackward,
+                if spec.affine {
+                    &[R, R, R, R, W, W]
+                } else {
+                    &[R, R, R, W, W]
+                },
+                ShapeRule::LayerNorm {
+                    spec,
+                    backward: true,
+                },
+            ),
+            Kernel::Embedding(spec) => contract(
+                "embedding",
+                KernelId::Embedding,
+                &[R, R, W],
+                ShapeRule::Embedding {
+                    spec,
+                    backward: false,
+                },
+            ),
+            Kernel::EmbeddingBackward(spec) => contract(
+                "embedding_backward",
+                KernelId::EmbeddingBackward,
+                &[R, R, W],
+                ShapeRule::Embedding {
+                    spec,
+                    backward: true,
+                },
+            ),
         }
     }
 }
@@ -382,6 +443,7 @@ impl ShapeRule<'_> {
         let walk = match self {
             ShapeRule::Broadcast { spec } => Some(spec.validate()),
             ShapeRule::StridedSum { spec } => Some(spec.validate()),
+            ShapeRule::LayerNorm { spec, .. } => Some(spec.validate()),
             _ => None,
         };
         if let Some(checked) = walk {
@@ -530,6 +592,41 @@ impl ShapeRule<'_> {
             ShapeRule::StridedSum { spec } => {
                 reaches(0, spec.extent(), "x")?;
                 expect(1, spec.outputs(), "out")
+            }
+            ShapeRule::LayerNorm { spec, backward } => {
+                let matrix = spec.elements();
+                let stats = spec.rows.checked_mul(2);
+                expect(0, matrix, "x")?;
+                let mut next = 1;
+                if spec.affine {
+                    expect(1, Some(spec.cols), "weight")?;
+                    next = 2;
+                    if !backward {
+                        expect(2, Some(spec.cols), "bias")?;
+                        next = 3;
+                    }
+                }
+                if backward {
+                    expect(next, stats, "stats")?;
+                    expect(next + 1, matrix, "grad_y")?;
+                    expect(next + 2, matrix, "grad_x")?;
+                    expect(next + 3, matrix, "weighted")
+                } else {
+                    expect(next, matrix, "y")?;
+                    expect(next + 1, stats, "stats")
+                }
+            }
+            ShapeRule::Embedding { spec, backward } => {
+                let (table, rows) = (spec.table(), spec.outputs());
+                if backward {
+                    expect(0, Some(spec.rows), "indices")?;
+                    expect(1, rows, "grad_out")?;
+                    expect(2, table, "grad_weight")
+                } else {
+                    expect(0, table, "weight")?;
+                    expect(1, Some(spec.rows), "indices")?;
+                    expect(2, rows, "out")
+                }
             }
         }
     }

@@ -26,8 +26,8 @@ pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassLossSpec, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule,
-    SumSpec,
+    Activation, BroadcastSpec, ClassLossSpec, EmbeddingSpec, GemmSpec, KernelId, LayerNormSpec,
+    MapOp, MapScalars, ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -160,6 +160,20 @@ pub enum Kernel {
     /// sums over none (`cistern_kernels::strided_sum`): bindings `x`, `out`.
     /// Boxed: wide.
     StridedSum(Box<SumSpec>),
+    /// Layer normalisation over the rows of a `rows×cols` matrix
+    /// (`cistern_kernels::layer_norm`): bindings `x`, `weight` and `bias`
+    /// (`cols` each, when affine), `y`, `stats` (`2·rows`: means, rstds).
+    LayerNorm(Box<LayerNormSpec>),
+    /// Its fused backward: bindings `x`, `weight` (when affine), `stats`,
+    /// `grad_y`, `grad_x`, `weighted` (`grad_y ⊙ x̂`, for the weight's
+    /// gradient).
+    LayerNormBackward(Box<LayerNormSpec>),
+    /// A gather of table rows by `i32` index (`cistern_kernels::embedding`):
+    /// bindings `weight` (`vocab×dim`), `indices` (`rows`), `out` (`rows×dim`).
+    Embedding(Box<EmbeddingSpec>),
+    /// Its deterministic scatter-add: bindings `indices`, `grad_out`,
+    /// `grad_weight` (`vocab×dim`, overwritten).
+    EmbeddingBackward(Box<EmbeddingSpec>),
 }
 
 impl Kernel {

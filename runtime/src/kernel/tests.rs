@@ -76,6 +76,21 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         b,
         b,
     ));
+    let norm = cistern_kernels::LayerNormSpec {
+        rows: 1,
+        cols: 1,
+        eps: 1e-5,
+        affine: false,
+    };
+    launches.push(KernelLaunch::layer_norm(norm, b, None, b, b));
+    launches.push(KernelLaunch::layer_norm_backward(norm, b, None, b, b, b, b));
+    let lookup = cistern_kernels::EmbeddingSpec {
+        rows: 1,
+        dim: 1,
+        vocab: 1,
+    };
+    launches.push(KernelLaunch::embedding(lookup, b, b, b));
+    launches.push(KernelLaunch::embedding_backward(lookup, b, b, b));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));
         launches.push(KernelLaunch::softmax_backward(b, b, 1, 1, log, b));

@@ -53,7 +53,11 @@ pub(super) fn run_launch(
         | Kernel::ClassLoss(_)
         | Kernel::ClassLossBackward(_)
         | Kernel::BroadcastBinary(_)
-        | Kernel::StridedSum(_) => {}
+        | Kernel::StridedSum(_)
+        | Kernel::LayerNorm(_)
+        | Kernel::LayerNormBackward(_)
+        | Kernel::Embedding(_)
+        | Kernel::EmbeddingBackward(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

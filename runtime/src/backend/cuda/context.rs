@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 27] = [
+const FUNCTIONS: [&str; 31] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -49,6 +49,10 @@ const FUNCTIONS: [&str; 27] = [
     "cistern_class_loss_backward",
     "cistern_broadcast_binary",
     "cistern_strided_sum",
+    "cistern_layer_norm",
+    "cistern_layer_norm_backward",
+    "cistern_embedding",
+    "cistern_embedding_backward",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

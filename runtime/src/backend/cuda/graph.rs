@@ -111,7 +111,11 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::ClassLoss(_)
         | Kernel::ClassLossBackward(_)
         | Kernel::BroadcastBinary(_)
-        | Kernel::StridedSum(_) => true,
+        | Kernel::StridedSum(_)
+        | Kernel::LayerNorm(_)
+        | Kernel::LayerNormBackward(_)
+        | Kernel::Embedding(_)
+        | Kernel::EmbeddingBackward(_) => true,
     }
 }
 

@@ -296,6 +296,61 @@ impl Launcher<'_> {
                 args.extend([Arg::U64(summed), Arg::U64(n)]);
                 self.stride("cistern_strided_sum", n, &args)
             }
+            Kernel::LayerNorm(spec) => {
+                let (weight, bias, next) = match spec.affine {
+                    true => (p(1)?, p(2)?, 3),
+                    false => (Arg::Pointer(0), Arg::Pointer(0), 1),
+                };
+                let args = [
+                    p(0)?,
+                    weight,
+                    bias,
+                    p(next)?,
+                    p(next + 1)?,
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.cols),
+                    Arg::F32(spec.eps),
+                ];
+                self.stride("cistern_layer_norm", spec.rows, &args)
+            }
+            Kernel::LayerNormBackward(spec) => {
+                let (weight, next) = match spec.affine {
+                    true => (p(1)?, 2),
+                    false => (Arg::Pointer(0), 1),
+                };
+                let args = [
+                    p(0)?,
+                    weight,
+                    p(next)?,
+                    p(next + 1)?,
+                    p(next + 2)?,
+                    p(next + 3)?,
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.cols),
+                ];
+                self.stride("cistern_layer_norm_backward", spec.rows, &args)
+            }
+            Kernel::Embedding(spec) => {
+                let n = b.floats(2)?;
+                let shape = [
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.dim),
+                    Arg::U64(spec.vocab),
+                ];
+                let mut args = vec![p(0)?, p(1)?, p(2)?];
+                args.extend(shape);
+                self.stride("cistern_embedding", n, &args)
+            }
+            Kernel::EmbeddingBackward(spec) => {
+                let shape = [
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.dim),
+                    Arg::U64(spec.vocab),
+                ];
+                let mut args = vec![p(0)?, p(1)?, p(2)?];
+                args.extend(shape);
+                self.stride("cistern_embedding_backward", spec.dim, &args)
+            }
             Kernel::MseLoss => {
                 let n = b.same_floats(&[0, 1])?;
                 if n == 0 {

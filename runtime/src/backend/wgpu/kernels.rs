@@ -6,7 +6,8 @@
 //! before anything runs, and the device stays healthy.
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassInput, ClassLossSpec, MapOp, Reduction, SumSpec,
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, LayerNormSpec, MapOp,
+    Reduction, SumSpec,
 };
 use cistern_optim::{LambConfig, OptimizerConfig};
 
@@ -65,6 +66,10 @@ const SOFTMAX_BACKWARD: Entry = entry(Module::Reduce, "softmax_rows_backward", 3
 const CLASS_LOSS_ROWS: Entry = entry(Module::Reduce, "class_loss_rows", 4);
 const CLASS_LOSS_TOTAL: Entry = entry(Module::Reduce, "class_loss_total", 4);
 const CLASS_LOSS_BACKWARD: Entry = entry(Module::Reduce, "class_loss_backward", 5);
+const LAYER_NORM: Entry = entry(Module::Reduce, "layer_norm", 5);
+const LAYER_NORM_BACKWARD: Entry = entry(Module::Reduce, "layer_norm_backward", 6);
+const EMBEDDING: Entry = entry(Module::Reduce, "embedding", 3);
+const EMBEDDING_BACKWARD: Entry = entry(Module::Reduce, "embedding_backward", 3);
 const BROADCAST_BINARY: Entry = Entry {
     table: true,
     ..entry(Module::Strided, "broadcast_binary", 3)
@@ -241,7 +246,104 @@ impl GpuContext {
                 let slices = [b(0)?, b(1)?];
                 self.strided_sum(spec, &slices).map_err(refused)
             }
+            Kernel::LayerNorm(spec) => {
+                let (affine, next) = match spec.affine {
+                    true => (Some([b(1)?, b(2)?]), 3),
+                    false => (None, 1),
+                };
+                let slices = [b(0)?, b(next)?, b(next + 1)?];
+                self.layer_norm(spec, slices, affine).map_err(refused)
+            }
+            Kernel::LayerNormBackward(spec) => {
+                let weight = spec.affine.then(|| b(1)).transpose()?;
+                let next = 1 + usize::from(spec.affine);
+                let rest = [b(next)?, b(next + 1)?, b(next + 2)?, b(next + 3)?];
+                self.layer_norm_backward(spec, b(0)?, weight, rest)
+                    .map_err(refused)
+            }
+            Kernel::Embedding(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                let items = spec.outputs().unwrap_or(0);
+                self.embedding(EMBEDDING, spec, &slices, items)
+                    .map_err(refused)
+            }
+            Kernel::EmbeddingBackward(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                self.embedding(EMBEDDING_BACKWARD, spec, &slices, spec.dim)
+                    .map_err(refused)
+            }
         }
+    }
+
+    /// A layer normalisation, one invocation per row (`norm.wgsl`); zero
+    /// windows stand for the weight and bias where it is not affine.
+    fn layer_norm(
+        &self,
+        spec: &LayerNormSpec,
+        [x, y, stats]: [&GpuSlice; 3],
+        affine: Option<[&GpuSlice; 2]>,
+    ) -> Result<Plan<'static>, ServerError> {
+        let (weight, bias) = match affine {
+            Some([weight, bias]) => (self.window(weight)?, self.window(bias)?),
+            None => (self.zero_window(), self.zero_window()),
+        };
+        let windows = vec![
+            self.window(x)?,
+            weight,
+            bias,
+            self.window(y)?,
+            self.window(stats)?,
+        ];
+        let params = layer_norm_params(spec)?;
+        let dispatch = self.dispatch(LAYER_NORM, windows, None, params, spec.rows)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// Its backward: `rest` is the stats, `grad_y`, `grad_x`, `weighted`.
+    fn layer_norm_backward(
+        &self,
+        spec: &LayerNormSpec,
+        x: &GpuSlice,
+        weight: Option<&GpuSlice>,
+        rest: [&GpuSlice; 4],
+    ) -> Result<Plan<'static>, ServerError> {
+        let weight = match weight {
+            Some(weight) => self.window(weight)?,
+            None => self.zero_window(),
+        };
+        let mut windows = vec![self.window(x)?, weight];
+        for slice in rest {
+            windows.push(self.window(slice)?);
+        }
+        let params = layer_norm_params(spec)?;
+        let dispatch = self.dispatch(LAYER_NORM_BACKWARD, windows, None, params, spec.rows)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// An embedding lookup or its backward over `items` invocations.
+    fn embedding(
+        &self,
+        entry: Entry,
+        spec: &EmbeddingSpec,
+        slices: &[&GpuSlice; 3],
+        items: u64,
+    ) -> Result<Plan<'static>, ServerError> {
+        if items == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        u32_of(spec.table().unwrap_or(u64::MAX))?;
+        u32_of(spec.outputs().unwrap_or(u64::MAX))?;
+        let mut params = Params::new(0, &[]);
+        params.u[8] = u32_of(spec.rows)?;
+        params.u[9] = u32_of(spec.dim)?;
+        params.u[10] = u32_of(spec.vocab)?;
+        params.u[13] = f32::NAN.to_bits();
+        let dispatch = self.dispatch(entry, windows, None, params, items)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
     }
 
     /// A broadcast binary operation: one invocation per output element,
@@ -376,6 +478,18 @@ fn softmax_params(rows: u64, cols: u64, log: bool) -> Result<Params, ServerError
     params.u[8] = u32_of(rows)?;
     params.u[9] = u32_of(cols)?;
     params.u[10] = if log { 4 } else { 0 };
+    Ok(params)
+}
+
+/// A layer normalisation's parameters (`norm.wgsl`); a matrix whose
+/// elements do not fit a shader's u32 is unsupported.
+fn layer_norm_params(spec: &LayerNormSpec) -> Result<Params, ServerError> {
+    u32_of(spec.elements().unwrap_or(u64::MAX))?;
+    u32_of(spec.rows.saturating_mul(2))?;
+    let mut params = Params::new(0, &[spec.eps]);
+    params.u[8] = u32_of(spec.rows)?;
+    params.u[9] = u32_of(spec.cols)?;
+    params.u[10] = u32::from(spec.affine);
     Ok(params)
 }
 
