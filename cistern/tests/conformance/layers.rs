@@ -216,3 +216,56 @@ pub fn layer_norm_and_embedding_over_many_workgroups_match_the_reference(device:
         );
     }
 }
+
+/// `a·b` over broadcast batches, in f64 (`a` `[.., m, k]`, `b` `[.., k, n]`).
+fn matmul_reference(a: &[f64], a_shape: &[usize], b: &[f64], b_shape: &[usize]) -> Vec<f64> {
+    let (ra, rb) = (a_shape.len(), b_shape.len());
+    let (m, k, n) = (a_shape[ra - 2], a_shape[ra - 1], b_shape[rb - 1]);
+    let (ab, bb) = (&a_shape[..ra - 2], &b_shape[..rb - 2]);
+    let rank = ab.len().max(bb.len());
+    let dim = |s: &[usize], d: usize| (d + s.len()).checked_sub(rank).map_or(1, |i| s[i]);
+    let batch: Vec<usize> = (0..rank).map(|d| dim(ab, d).max(dim(bb, d))).collect();
+    let index_in = |s: &[usize], mut i: usize| {
+        let (mut at, mut stride) = (0, 1);
+        for d in (0..rank).rev() {
+            let index = i % batch[d];
+            i /= batch[d];
+            let n = dim(s, d);
+            if n != 1 {
+                at += index * stride;
+            }
+            stride *= n;
+        }
+        at
+    };
+    let mut out = Vec::new();
+    for i in 0..batch.iter().product() {
+        let (x, y) = (index_in(ab, i) * m * k, index_in(bb, i) * k * n);
+        for r in 0..m {
+            for c in 0..n {
+                out.push((0..k).map(|j| a[x + r * k + j] * b[y + j * n + c]).sum());
+            }
+        }
+    }
+    out
+}
+
+pub fn batched_matmul_on_the_tape_matches_finite_differences(device: Device) {
+    let pairs: &[(&[usize], &[usize])] = &[
+        (&[3, 4], &[4, 5]),
+        (&[2, 3, 4], &[4, 5]),
+        (&[2, 3, 4], &[2, 4, 5]),
+        (&[3, 4], &[2, 4, 5]),
+        (&[2, 1, 3, 4], &[3, 4, 2]),
+    ];
+    for &(a_shape, b_shape) in pairs {
+        check_tape(
+            device,
+            &format!("matmul {a_shape:?} {b_shape:?}"),
+            &[a_shape, b_shape],
+            &[],
+            |tape, v| tape.matmul(&v[0], &v[1]),
+            |x| matmul_reference(&x[0], a_shape, &x[1], b_shape),
+        );
+    }
+}

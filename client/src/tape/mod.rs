@@ -9,6 +9,7 @@ mod backward;
 mod classify;
 mod gradients;
 mod layers;
+mod matmul;
 mod node;
 mod ops;
 mod rules;

@@ -46,7 +46,7 @@ impl Node {
 pub(super) enum Op {
     /// A leaf: uploaded, resident or detached.
     Leaf,
-    /// `a·b`, `a` is `m×k`, `b` is `k×n`.
+    /// `a·b` over batches: `a` is `[..., m, k]`, `b` is `[..., k, n]`.
     MatMul { a: VarIndex, b: VarIndex },
     /// `act(input·weightᵀ + bias)`, `input` is `m×k`, `weight` is `n×k`.
     Linear {

@@ -40,29 +40,6 @@ impl Operand {
 }
 
 impl Tape {
-    /// The matrix product `a·b` of an `m×k` and a `k×n` matrix.
-    pub fn matmul(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
-        let (a, b) = (self.operand(a)?, self.operand(b)?);
-        let ((m, k), (rows, n)) = (a.matrix()?, b.matrix()?);
-        if rows != k {
-            return Err(dimension(0, k, rows));
-        }
-        let spec = GemmSpec {
-            m,
-            n,
-            k,
-            ..GemmSpec::default()
-        };
-        let out = self.reserve(ShapeError::element_count(&[m, n])?)?;
-        let launch = KernelLaunch::gemm(spec, a.value.whole(), b.value.whole(), None, out.whole());
-        self.launch(launch)?;
-        let op = Op::MatMul {
-            a: a.index,
-            b: b.index,
-        };
-        Ok(self.record(out, vec![m, n], op))
-    }
-
     /// A linear layer, `act(input·weightᵀ + bias)`, as PyTorch's
     /// `nn.Linear`: `input` is `m×k`, `weight` is `n×k`, the optional
     /// `bias` has `n` elements (added to every row). Bias and activation are

@@ -34,21 +34,8 @@ impl Tape {
         match op {
             Op::Leaf => {}
             Op::MatMul { a, b } => {
-                let g = self.materialize(grad, len)?;
-                let ((a_value, a_shape), b_value) = (self.value_and_shape(a), self.value_of(b));
-                let (m, k, n) = (a_shape[0], a_shape[1], shape[1]);
-                if reached(&a) {
-                    // ∂a = g·bᵀ (m×k)
-                    let spec = product(m, k, n, false, true);
-                    let grad = self.gemm_for(a, spec, &g, &b_value, m * k, sinks)?;
-                    out.push((a, Grad::Device(grad)));
-                }
-                if reached(&b) {
-                    // ∂b = aᵀ·g (k×n)
-                    let spec = product(k, n, m, true, false);
-                    let grad = self.gemm_for(b, spec, &a_value, &g, k * n, sinks)?;
-                    out.push((b, Grad::Device(grad)));
-                }
+                let reached = |input: VarIndex| reached(&input);
+                out.extend(self.matmul_gradients((a, b), grad, reached, sinks)?);
             }
             Op::Linear {
                 input,
@@ -328,7 +315,13 @@ impl Tape {
 }
 
 /// A GEMM spec `m×n` over a contracted `k`, without bias or activation.
-fn product(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
+pub(super) fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> GemmSpec {
     GemmSpec {
         m,
         n,
