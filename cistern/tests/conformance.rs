@@ -135,6 +135,7 @@ conformance_tests! {
     layers::softmax_over_the_last_dimension_of_a_3d_tensor_matches_finite_differences,
     layers::layer_norm_and_embedding_over_many_workgroups_match_the_reference,
     layers::batched_matmul_on_the_tape_matches_finite_differences,
+    layers::every_registered_parameter_in_any_operation_gets_its_gradient_staged,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

@@ -4,8 +4,9 @@
 //! reference and backward against its finite differences; and sizes that
 //! span many workgroups, forward and backward against the reference.
 
-use cistern::client::{Tape, Tensor};
+use cistern::client::{AutodiffError, DeviceParamStore, Tape, Tensor, Var};
 use cistern::memory::SplitMix64;
+use cistern::optim::SgdConfig;
 use cistern::runtime::Device;
 
 use super::broadcast::{check_tape, close, values, widen};
@@ -267,5 +268,85 @@ pub fn batched_matmul_on_the_tape_matches_finite_differences(device: Device) {
             |tape, v| tape.matmul(&v[0], &v[1]),
             |x| matmul_reference(&x[0], a_shape, &x[1], b_shape),
         );
+    }
+}
+
+/// A small block over a store's parameters of every shape: an embedding
+/// table, a position table added by broadcasting, a layer norm's weight
+/// and bias, a weight in a batched matmul, and a one-element scale used
+/// twice. The same graph on plain leaves gives the reference gradients.
+fn block<'t>(
+    tape: &'t Tape,
+    params: &[Var<'t>],
+    indices: &[usize],
+) -> Result<Var<'t>, AutodiffError> {
+    let [table, position, gamma, beta, weight, scale] = params else {
+        unreachable!("six parameters");
+    };
+    let tokens = tape.embedding(table, indices, &[2, 3])?;
+    let x = tape.add(&tokens, position)?;
+    let x = tape.layer_norm(&x, &[4], Some(gamma), Some(beta), 1e-5)?;
+    let y = tape.matmul(&x, weight)?;
+    let y = tape.mul(&tape.mul(&y, scale)?, scale)?;
+    let t = tape.transpose(&y, 0, 1)?;
+    tape.mean(&tape.mul(&t, &t)?)
+}
+
+pub fn every_registered_parameter_in_any_operation_gets_its_gradient_staged(device: Device) {
+    let client = open(device);
+    let mut rng = SplitMix64::new(4402);
+    let shapes: [&[usize]; 6] = [&[6, 4], &[3, 4], &[4], &[4], &[4, 4], &[1]];
+    let params: Vec<Tensor<f32>> = shapes
+        .iter()
+        .map(|shape| {
+            let data = values(&mut rng, shape.iter().product());
+            ok(Tensor::new(shape.to_vec(), data), "param")
+        })
+        .collect();
+    let indices = [5, 0, 2, 2, 1, 5];
+
+    let reference = Tape::new(&client);
+    let leaves: Vec<Var<'_>> = params.iter().map(|p| ok(reference.var(p), "var")).collect();
+    let loss = ok(block(&reference, &leaves, &indices), "reference block");
+    let gradients = ok(reference.backward(&loss), "reference backward");
+    let want: Vec<Tensor<f32>> = leaves
+        .iter()
+        .map(|leaf| ok(gradients.to_host(leaf), "grad").expect("reached"))
+        .collect();
+
+    let refs: Vec<&Tensor<f32>> = params.iter().collect();
+    let mut store = ok(DeviceParamStore::new(&Tape::new(&client), &refs), "store");
+    let tape = Tape::new(&client);
+    let resident = ok(store.register_resident_params(&tape), "register");
+    let vars: Vec<Var<'_>> = resident.iter().map(|leaf| leaf.var()).collect();
+    let loss = ok(block(&tape, &vars, &indices), "block over the store");
+    let staged = ok(store.backward(&tape, &loss), "the store's backward");
+    let got = ok(store.resident_grads_to_host(), "staged");
+    for (slot, (got, want)) in got.iter().zip(&want).enumerate() {
+        let got = got
+            .as_ref()
+            .unwrap_or_else(|| panic!("{device}: slot {slot} staged"));
+        assert_eq!(got.shape(), want.shape(), "{device}: slot {slot}");
+        for (i, (g, w)) in got.data().iter().zip(want.data()).enumerate() {
+            let (g, w) = (f64::from(*g), f64::from(*w));
+            assert!(
+                close(g, w, 1e-6),
+                "{device}: slot {slot}[{i}] is {g}, want {w}"
+            );
+        }
+    }
+    ok(
+        store.step(&staged, &SgdConfig::default()),
+        "a step from them",
+    );
+    let after = ok(store.sync_to_host(), "after");
+    for (slot, (after, before)) in after.iter().zip(&params).enumerate() {
+        for (i, (a, b)) in after.data().iter().zip(before.data()).enumerate() {
+            let stepped = f64::from(*b) - 1e-3 * f64::from(want[slot].data()[i]);
+            assert!(
+                close(f64::from(*a), stepped, 1e-6),
+                "{device}: slot {slot}[{i}]"
+            );
+        }
     }
 }
