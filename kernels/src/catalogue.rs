@@ -134,6 +134,8 @@ catalogue! {
     Embedding => "embedding",
     /// [`crate::embedding_backward`]: its deterministic scatter-add.
     EmbeddingBackward => "embedding_backward",
+    /// [`crate::dropout::dropout`]: a seeded counter-based mask, scaled.
+    Dropout => "dropout",
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ mod broadcast;
 mod catalogue;
 mod classify;
 pub mod cuda;
+pub mod dropout;
 mod elementwise;
 mod embedding;
 mod erf;
@@ -35,6 +36,7 @@ pub use classify::{
     ClassInput, ClassLossSpec, Reduction, check_targets, class_loss, class_loss_backward, softmax,
     softmax_backward,
 };
+pub use dropout::DropoutSpec;
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
 pub use embedding::{EmbeddingSpec, embedding, embedding_backward};
 pub use erf::{erf, erfc};

@@ -24,8 +24,8 @@ pub mod sync;
 pub mod testing;
 
 pub use cistern_kernels::{
-    Activation, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GemmSpec,
-    LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction, ScaleRule, Segment, SumSpec,
+    Activation, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec, EmbeddingSpec,
+    GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction, ScaleRule, Segment, SumSpec,
     check_targets,
 };
 pub use cistern_memory::{

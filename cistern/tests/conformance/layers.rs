@@ -350,3 +350,87 @@ pub fn every_registered_parameter_in_any_operation_gets_its_gradient_staged(devi
         }
     }
 }
+
+/// The same seed gives the same mask as the CPU kernel, bit for bit, on
+/// every device; backward applies the same mask to the gradient; about
+/// `p` of a large tensor is dropped.
+pub fn dropout_masks_match_the_cpu_bit_for_bit_and_backward_reuses_them(device: Device) {
+    let client = open(device);
+    let mut rng = SplitMix64::new(4403);
+    let (n, p, seed) = (70_001, 0.1f32, 0x1234_5678_9abc_def0u64);
+    let x = values(&mut rng, n);
+    let w = values(&mut rng, n);
+    let spec = cistern::kernels::DropoutSpec::new(p, seed).expect("a probability");
+    let mut want = vec![0.0; n];
+    cistern::kernels::dropout::dropout(&spec, &x, &mut want).expect("cpu dropout");
+    let tape = Tape::new(&client);
+    let vx = ok(tape.var(&ok(Tensor::new([n], x.clone()), "x")), "x");
+    let vw = ok(tape.var_no_grad(&ok(Tensor::new([n], w.clone()), "w")), "w");
+    let y = ok(tape.dropout(&vx, p, seed), "dropout");
+    let got = ok(y.to_host(), "y");
+    assert_eq!(got.data(), want.as_slice(), "{device}: the mask and scale");
+    let dropped = want.iter().filter(|&&v| v == 0.0).count() as f64 / n as f64;
+    assert!((dropped - 0.1).abs() < 0.01, "{device}: dropped {dropped}");
+    let loss = ok(tape.sum(&ok(tape.mul(&y, &vw), "y⊙w")), "loss");
+    let gradients = ok(tape.backward(&loss), "backward");
+    let grad = ok(gradients.to_host(&vx), "grad").expect("reached");
+    for (i, (&got, &w)) in grad.data().iter().zip(&w).enumerate() {
+        let expected = if spec.keeps(i as u32) {
+            w * spec.scale
+        } else {
+            0.0
+        };
+        assert_eq!(got, expected, "{device}: gradient {i}");
+    }
+}
+
+/// `softmax(q·kᵀ/√d + mask)·v` in f64 over batches of `l×d`, `s×d`, `s×dv`,
+/// with an additive mask of `l×s` shared by every batch.
+fn attention_reference(
+    (q, k, v): (&[f64], &[f64], &[f64]),
+    (batches, l, s, d, dv): (usize, usize, usize, usize, usize),
+    mask: Option<&[f64]>,
+    causal: bool,
+) -> Vec<f64> {
+    let mut out = Vec::new();
+    for b in 0..batches {
+        let (q, k, v) = (&q[b * l * d..], &k[b * s * d..], &v[b * s * dv..]);
+        for i in 0..l {
+            let scores: Vec<f64> = (0..s)
+                .map(|j| {
+                    let dot: f64 = (0..d).map(|c| q[i * d + c] * k[j * d + c]).sum();
+                    let hidden = if causal && j > i {
+                        f64::NEG_INFINITY
+                    } else {
+                        0.0
+                    };
+                    dot / (d as f64).sqrt() + mask.map_or(0.0, |m| m[i * s + j]) + hidden
+                })
+                .collect();
+            let weights = softmax_reference(&scores, s, false);
+            for c in 0..dv {
+                out.push((0..s).map(|j| weights[j] * v[j * dv + c]).sum());
+            }
+        }
+    }
+    out
+}
+
+pub fn attention_on_the_tape_matches_finite_differences(device: Device) {
+    check_tape(
+        device,
+        "attention with a mask",
+        &[&[2, 3, 4], &[2, 5, 4], &[2, 5, 3], &[3, 5]],
+        &[],
+        |tape, v| tape.scaled_dot_product_attention(&v[0], &v[1], &v[2], Some(&v[3]), false),
+        |x| attention_reference((&x[0], &x[1], &x[2]), (2, 3, 5, 4, 3), Some(&x[3]), false),
+    );
+    check_tape(
+        device,
+        "causal attention over heads",
+        &[&[1, 2, 4, 4], &[1, 2, 4, 4], &[1, 2, 4, 4]],
+        &[],
+        |tape, v| tape.scaled_dot_product_attention(&v[0], &v[1], &v[2], None, true),
+        |x| attention_reference((&x[0], &x[1], &x[2]), (2, 4, 4, 4, 4), None, true),
+    );
+}

@@ -5,6 +5,7 @@
 //! stream and returns [`Gradients`]. Nothing waits for the device until a
 //! value is read. `docs/tape.md` has the design.
 
+mod attention;
 mod backward;
 mod classify;
 mod gradients;

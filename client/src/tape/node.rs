@@ -1,7 +1,7 @@
 //! What a tape records per value: its device buffer, shape, whether it is
 //! tracked, and the operation that made it (its inputs named by index).
 
-use cistern_runtime::{Activation, BinaryOp};
+use cistern_runtime::{Activation, BinaryOp, DropoutSpec};
 
 use super::classify::{BceRecord, ClassLossRecord};
 use super::layers::{EmbeddingRecord, LayerNormRecord};
@@ -114,6 +114,8 @@ pub(super) enum Op {
         bias: Option<VarIndex>,
         record: Box<LayerNormRecord>,
     },
+    /// Dropout under a seeded counter-based mask (regenerated in backward).
+    Dropout { input: VarIndex, spec: DropoutSpec },
     /// Rows of the table `weight` gathered by index.
     Embedding {
         weight: VarIndex,
@@ -153,6 +155,7 @@ impl Op {
                 ..
             } => std::iter::once(input).chain(weight).chain(bias).collect(),
             Op::Embedding { weight, .. } => vec![weight],
+            Op::Dropout { input, .. } => vec![input],
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

@@ -160,6 +160,12 @@ impl Tape {
                 let inputs = (input, weight, bias);
                 out.extend(self.layer_norm_gradients(inputs, &record, grad, reached, sinks)?);
             }
+            Op::Dropout { input, spec } => {
+                if reached(&input) {
+                    let g = self.dropout_gradient(input, spec, grad, len, sinks)?;
+                    out.push((input, g));
+                }
+            }
             Op::Embedding { weight, record } => {
                 if reached(&weight) {
                     let g = self.embedding_gradient(weight, &record, grad, sinks)?;

@@ -334,6 +334,8 @@ fn layer_norm_and_embedding_refuse_shapes_and_indices_that_do_not_fit_naming_the
         ),
         (tape.embedding(&table, &[0, 1], &[3]).err(), "do not fill"),
         (tape.embedding(&x, &[0], &[1]).err(), "vocab×dim"),
+        (tape.dropout(&x, 1.5, 7).err(), "not a probability"),
+        (tape.dropout(&x, f32::NAN, 7).err(), "not a probability"),
     ];
     for (refused, says) in refusals {
         let Some(AutodiffError::InvalidArgument(message)) = refused else {

@@ -65,3 +65,24 @@ extern "C" __global__ void cistern_embedding_backward(
         }
     }
 }
+
+// Dropout (kernels/src/dropout.rs): lowbias32 over (seed, i) in 32-bit
+// unsigned arithmetic, kept when the hash's top 24 bits clear the threshold.
+__device__ __forceinline__ unsigned int cistern_lowbias32(unsigned int x) {
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+extern "C" __global__ void cistern_dropout(
+    const float* x, float* out, unsigned int seed_lo, unsigned int seed_hi,
+    unsigned int threshold, float scale, u64 n) {
+    unsigned int key = cistern_lowbias32(seed_lo ^ cistern_lowbias32(seed_hi));
+    CISTERN_GRID_STRIDE(i, n) {
+        bool keep = (cistern_lowbias32((unsigned int)i ^ key) >> 8) >= threshold;
+        out[i] = keep ? x[i] * scale : 0.0f;
+    }
+}

@@ -111,3 +111,26 @@ fn embedding_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invo
         }
     }
 }
+
+// Dropout (kernels/src/dropout.rs): u[8], u[9] the seed's low and high
+// words, u[10] the threshold; f[0] the scale. One invocation per element.
+fn lowbias32(v: u32) -> u32 {
+    var x = v;
+    x = x ^ (x >> 16u);
+    x = x * 0x7feb352du;
+    x = x ^ (x >> 15u);
+    x = x * 0x846ca68bu;
+    x = x ^ (x >> 16u);
+    return x;
+}
+
+// b1 x, b2 out.
+@compute @workgroup_size(256)
+fn dropout(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+           @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = linear(wid, lid, groups);
+    if (i >= count()) { return; }
+    let key = lowbias32(pu(8u) ^ lowbias32(pu(9u)));
+    let keep = (lowbias32(i ^ key) >> 8u) >= pu(10u);
+    b2[base(2u) + i] = select(0.0, b1[base(1u) + i] * pf(0u), keep);
+}

@@ -6,8 +6,8 @@
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GemmSpec, KernelId,
-    LayerNormSpec, MapOp, SumSpec,
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec, EmbeddingSpec, GemmSpec,
+    KernelId, LayerNormSpec, MapOp, SumSpec,
 };
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
@@ -143,6 +143,11 @@ pub enum ShapeRule<'a> {
         spec: &'a LayerNormSpec,
         /// Whether this is the backward.
         backward: bool,
+    },
+    /// Equal lengths and a valid dropout.
+    Dropout {
+        /// The seed, threshold and scale.
+        spec: &'a DropoutSpec,
     },
     /// An embedding lookup (or its backward): the table `vocab×dim`, the
     /// indices `rows`, the rows looked up `rows×dim`.
@@ -368,6 +373,12 @@ impl Kernel {
                     backward: false,
                 },
             ),
+            Kernel::Dropout(spec) => contract(
+                "dropout",
+                KernelId::Dropout,
+                &[R, W],
+                ShapeRule::Dropout { spec },
+            ),
             Kernel::EmbeddingBackward(spec) => contract(
                 "embedding_backward",
                 KernelId::EmbeddingBackward,
@@ -444,6 +455,7 @@ impl ShapeRule<'_> {
             ShapeRule::Broadcast { spec } => Some(spec.validate()),
             ShapeRule::StridedSum { spec } => Some(spec.validate()),
             ShapeRule::LayerNorm { spec, .. } => Some(spec.validate()),
+            ShapeRule::Dropout { spec } => Some(spec.validate()),
             _ => None,
         };
         if let Some(checked) = walk {
@@ -498,7 +510,7 @@ impl ShapeRule<'_> {
         };
         match *self {
             ShapeRule::Any => Ok(()),
-            ShapeRule::Equal | ShapeRule::Map { .. } => {
+            ShapeRule::Equal | ShapeRule::Map { .. } | ShapeRule::Dropout { .. } => {
                 if elements.windows(2).any(|pair| pair[0] != pair[1]) {
                     Err(invalid(format!("bindings differ in size: {elements:?}")))
                 } else {

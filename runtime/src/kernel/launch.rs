@@ -2,8 +2,8 @@
 //! order of the kernel's signature.
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassLossSpec, EmbeddingSpec, GemmSpec, LayerNormSpec, MapOp,
-    ScaleRule, SumSpec,
+    Activation, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec, GemmSpec, LayerNormSpec,
+    MapOp, ScaleRule, SumSpec,
 };
 
 use super::{Binding, Kernel, KernelLaunch};
@@ -266,6 +266,11 @@ impl KernelLaunch {
         ];
         let kernel = Kernel::LayerNormBackward(Box::new(spec));
         Self::new(kernel, bindings.into_iter().flatten().collect())
+    }
+
+    /// `Dropout`: `out ← mask(seed)·x·scale`; also its own backward.
+    pub fn dropout(spec: DropoutSpec, x: Binding, out: Binding) -> Self {
+        Self::new(Kernel::Dropout(Box::new(spec)), vec![x, out])
     }
 
     /// `Embedding`: `out[i] ← weight[indices[i]]` (`i32` indices).

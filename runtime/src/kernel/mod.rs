@@ -26,8 +26,8 @@ pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassLossSpec, EmbeddingSpec, GemmSpec, KernelId, LayerNormSpec,
-    MapOp, MapScalars, ScaleRule, SumSpec,
+    Activation, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec, GemmSpec, KernelId,
+    LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -174,6 +174,10 @@ pub enum Kernel {
     /// Its deterministic scatter-add: bindings `indices`, `grad_out`,
     /// `grad_weight` (`vocab×dim`, overwritten).
     EmbeddingBackward(Box<EmbeddingSpec>),
+    /// Dropout from a counter-based generator
+    /// (`cistern_kernels::dropout::dropout`): bindings `x`, `out`, of one
+    /// length. Its own backward (the same mask over the gradient).
+    Dropout(Box<DropoutSpec>),
 }
 
 impl Kernel {

@@ -90,6 +90,12 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         vocab: 1,
     };
     launches.push(KernelLaunch::embedding(lookup, b, b, b));
+    let mask = cistern_kernels::DropoutSpec {
+        seed: 1,
+        threshold: 0,
+        scale: 1.0,
+    };
+    launches.push(KernelLaunch::dropout(mask, b, b));
     launches.push(KernelLaunch::embedding_backward(lookup, b, b, b));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));

@@ -57,7 +57,8 @@ pub(super) fn run_launch(
         | Kernel::LayerNorm(_)
         | Kernel::LayerNormBackward(_)
         | Kernel::Embedding(_)
-        | Kernel::EmbeddingBackward(_) => {}
+        | Kernel::EmbeddingBackward(_)
+        | Kernel::Dropout(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 31] = [
+const FUNCTIONS: [&str; 32] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -53,6 +53,7 @@ const FUNCTIONS: [&str; 31] = [
     "cistern_layer_norm_backward",
     "cistern_embedding",
     "cistern_embedding_backward",
+    "cistern_dropout",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

@@ -115,7 +115,8 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::LayerNorm(_)
         | Kernel::LayerNormBackward(_)
         | Kernel::Embedding(_)
-        | Kernel::EmbeddingBackward(_) => true,
+        | Kernel::EmbeddingBackward(_)
+        | Kernel::Dropout(_) => true,
     }
 }
 

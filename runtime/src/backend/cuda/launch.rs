@@ -330,6 +330,19 @@ impl Launcher<'_> {
                 ];
                 self.stride("cistern_layer_norm_backward", spec.rows, &args)
             }
+            Kernel::Dropout(spec) => {
+                let n = b.same_floats(&[0, 1])?;
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    Arg::U32(spec.seed as u32),
+                    Arg::U32((spec.seed >> 32) as u32),
+                    Arg::U32(spec.threshold),
+                    Arg::F32(spec.scale),
+                    Arg::U64(n),
+                ];
+                self.stride("cistern_dropout", n, &args)
+            }
             Kernel::Embedding(spec) => {
                 let n = b.floats(2)?;
                 let shape = [

@@ -69,6 +69,7 @@ const CLASS_LOSS_BACKWARD: Entry = entry(Module::Reduce, "class_loss_backward", 
 const LAYER_NORM: Entry = entry(Module::Reduce, "layer_norm", 5);
 const LAYER_NORM_BACKWARD: Entry = entry(Module::Reduce, "layer_norm_backward", 6);
 const EMBEDDING: Entry = entry(Module::Reduce, "embedding", 3);
+const DROPOUT: Entry = entry(Module::Reduce, "dropout", 2);
 const EMBEDDING_BACKWARD: Entry = entry(Module::Reduce, "embedding_backward", 3);
 const BROADCAST_BINARY: Entry = Entry {
     table: true,
@@ -260,6 +261,24 @@ impl GpuContext {
                 let rest = [b(next)?, b(next + 1)?, b(next + 2)?, b(next + 3)?];
                 self.layer_norm_backward(spec, b(0)?, weight, rest)
                     .map_err(refused)
+            }
+            Kernel::Dropout(spec) => {
+                let n = elements(b(0)?);
+                if n == 0 {
+                    return Ok(Plan::Nothing);
+                }
+                let windows = vec![
+                    self.window(b(0)?).map_err(refused)?,
+                    self.window(b(1)?).map_err(refused)?,
+                ];
+                let mut params = Params::new(0, &[spec.scale]);
+                params.u[8] = spec.seed as u32;
+                params.u[9] = (spec.seed >> 32) as u32;
+                params.u[10] = spec.threshold;
+                let dispatch = self
+                    .dispatch(DROPOUT, windows, None, params, n)
+                    .map_err(refused)?;
+                Ok(Plan::Dispatches(vec![dispatch]))
             }
             Kernel::Embedding(spec) => {
                 let slices = [b(0)?, b(1)?, b(2)?];
