@@ -253,7 +253,7 @@ fn main() -> Result<(), Error> {
     let n = labels.len();
     let mut seed = 0u64;
     let started = Instant::now();
-    let mut steps = 0usize;
+    let (mut steps, mut launches, mut evaluating) = (0usize, 0usize, 0.0);
     for epoch in 1..=epochs {
         let mut order: Vec<usize> = (0..n).collect();
         for i in (1..n).rev() {
@@ -280,21 +280,24 @@ fn main() -> Result<(), Error> {
             let gradients = store.backward(&tape, &loss)?;
             store.step_adamw(&gradients, &config)?;
             total += f64::from(loss.item()?);
+            launches = tape.launches().len();
             steps += 1;
         }
         let batches = n.div_ceil(BATCH) as f64;
         if epoch % 10 == 0 || epoch == epochs {
+            let began = Instant::now();
             let validation = accuracy(&client, &store, &data.validation)?;
             println!(
                 "epoch {epoch:3}  train loss {:.4}  validation accuracy {:.2}%",
                 total / batches,
                 100.0 * validation
             );
+            evaluating += began.elapsed().as_secs_f64();
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = started.elapsed().as_secs_f64() - evaluating;
     println!(
-        "{steps} steps in {seconds:.1} s ({:.1} ms a step, batch {BATCH})",
+        "{steps} steps in {seconds:.1} s ({:.1} ms a step, batch {BATCH}, {launches} kernel launches a step)",
         1000.0 * seconds / steps.max(1) as f64
     );
     Ok(())

@@ -272,6 +272,17 @@ pub fn strided_sum(spec: &SumSpec, x: &[f32], out: &mut [f32]) -> Result<(), Ker
     check_extent("x", spec.extent(), x.len())?;
     let strides = [spec.strides.as_slice()];
     let summed_strides = [spec.summed_strides.as_slice()];
+    if spec.summed.is_empty() {
+        // A gather: one read per element.
+        for_each_indexed(out, |start, piece| {
+            let mut walk = Walk::at(&spec.shape, strides, start as u64);
+            for out in piece.iter_mut() {
+                *out = spec.scale * x[walk.offsets[0] as usize];
+                walk.advance();
+            }
+        });
+        return Ok(());
+    }
     for_each_indexed(out, |start, piece| {
         let mut walk = Walk::at(&spec.shape, strides, start as u64);
         for out in piece.iter_mut() {

@@ -136,6 +136,8 @@ catalogue! {
     EmbeddingBackward => "embedding_backward",
     /// [`crate::dropout::dropout`]: a seeded counter-based mask, scaled.
     Dropout => "dropout",
+    /// [`crate::batched_gemm`]: a batch of GEMMs of one shape in one launch.
+    BatchedGemm => "batched_gemm",
 }
 
 #[cfg(test)]

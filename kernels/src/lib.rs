@@ -11,6 +11,7 @@
 //! launch kernels, kernels do not know about them.
 
 mod activation;
+mod batched;
 mod broadcast;
 mod catalogue;
 mod classify;
@@ -29,6 +30,7 @@ mod reduce;
 pub mod wgsl;
 
 pub use activation::{Activation, activation_backward, activation_forward};
+pub use batched::{BatchedGemmSpec, batched_gemm};
 pub use broadcast::{BinaryOp, BroadcastSpec, MAX_RANK, SumSpec, broadcast_binary, strided_sum};
 pub use catalogue::KernelId;
 pub use cistern_optim::Segment;

@@ -24,9 +24,9 @@ pub mod sync;
 pub mod testing;
 
 pub use cistern_kernels::{
-    Activation, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction, ScaleRule, Segment, SumSpec,
-    check_targets,
+    Activation, BatchedGemmSpec, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
+    EmbeddingSpec, GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction, ScaleRule,
+    Segment, SumSpec, check_targets,
 };
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,

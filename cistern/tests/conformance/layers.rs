@@ -258,6 +258,7 @@ pub fn batched_matmul_on_the_tape_matches_finite_differences(device: Device) {
         (&[2, 3, 4], &[2, 4, 5]),
         (&[3, 4], &[2, 4, 5]),
         (&[2, 1, 3, 4], &[3, 4, 2]),
+        (&[2, 2, 20, 17], &[2, 1, 17, 19]),
     ];
     for &(a_shape, b_shape) in pairs {
         check_tape(

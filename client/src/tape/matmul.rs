@@ -2,11 +2,11 @@
 //! operands of rank 2 or more: the last two dimensions multiply, the
 //! leading ones broadcast. A right operand without batch dimensions (a
 //! weight) makes one GEMM over every row of the left one; otherwise one
-//! GEMM per batch element, each over ranges of the operands' buffers (no
-//! copy). Backward: the same GEMMs transposed, a broadcast operand's
+//! batched GEMM launch, each product at its offsets into the operands'
+//! buffers (no copy). Backward: the same GEMMs transposed, a broadcast operand's
 //! gradient summed over the batch dimensions it was broadcast along.
 
-use cistern_runtime::{GemmSpec, KernelLaunch};
+use cistern_runtime::{BatchedGemmSpec, GemmSpec, KernelLaunch};
 
 use super::backward::Grad;
 use super::node::{Op, VarIndex};
@@ -104,11 +104,6 @@ fn split(shape: &[usize]) -> Result<(&[usize], usize, usize), AutodiffError> {
     }
 }
 
-/// Bytes of `count` f32s from element `first`: a range of a buffer.
-fn floats(buffer: &Buffer, first: usize, count: usize) -> cistern_runtime::Binding {
-    buffer.range(first as u64 * 4, count as u64 * 4)
-}
-
 impl Tape {
     /// The matrix product over batches, as `torch.matmul` for operands of
     /// rank 2 or more: `a` is `[..., m, k]`, `b` is `[..., k, n]`, the
@@ -128,16 +123,21 @@ impl Tape {
                 KernelLaunch::gemm(spec, a.value.whole(), b.value.whole(), None, out.whole());
             self.launch(launch)?;
         } else {
-            for (i, (at_a, at_b)) in plan.pairs().into_iter().enumerate() {
-                let launch = KernelLaunch::gemm(
-                    product(m, n, k, false, false),
-                    floats(&a.value, at_a * m * k, m * k),
-                    floats(&b.value, at_b * k * n, k * n),
-                    None,
-                    floats(&out, i * m * n, m * n),
-                );
-                self.launch(launch)?;
-            }
+            let pairs = plan.pairs();
+            let offsets = |block: usize, pick: fn(&(usize, usize)) -> usize| {
+                pairs
+                    .iter()
+                    .map(|pair| (pick(pair) * block) as u64)
+                    .collect()
+            };
+            let spec = BatchedGemmSpec {
+                gemm: product(m, n, k, false, false),
+                a_offsets: offsets(m * k, |pair| pair.0),
+                b_offsets: offsets(k * n, |pair| pair.1),
+            };
+            let launch =
+                KernelLaunch::batched_gemm(spec, a.value.whole(), b.value.whole(), out.whole());
+            self.launch(launch)?;
         }
         let op = Op::MatMul {
             a: a.index,
@@ -177,32 +177,37 @@ impl Tape {
             return Ok(out);
         }
         let pairs = plan.pairs();
+        let each = |block: usize| (0..pairs.len()).map(|i| (i * block) as u64).collect();
+        let at = |block: usize, pick: fn(&(usize, usize)) -> usize| {
+            pairs
+                .iter()
+                .map(|pair| (pick(pair) * block) as u64)
+                .collect()
+        };
         if reached(a) {
+            // ∂a_i = g_i·b_iᵀ
             let full = self.reserve(pairs.len() * m * k)?;
-            for (i, &(_, at_b)) in pairs.iter().enumerate() {
-                self.launch(KernelLaunch::gemm(
-                    product(m, k, n, false, true),
-                    floats(&g, i * m * n, m * n),
-                    floats(&b_value, at_b * k * n, k * n),
-                    None,
-                    floats(&full, i * m * k, m * k),
-                ))?;
-            }
+            let spec = BatchedGemmSpec {
+                gemm: product(m, k, n, false, true),
+                a_offsets: each(m * n),
+                b_offsets: at(k * n, |pair| pair.1),
+            };
+            let launch = KernelLaunch::batched_gemm(spec, g.whole(), b_value.whole(), full.whole());
+            self.launch(launch)?;
             let from = plan.shape(m, k);
             let grad = self.sum_to((a, &a_shape), &full, &from, 1.0, sinks)?;
             out.push((a, Grad::Device(grad)));
         }
         if reached(b) {
+            // ∂b_i = a_iᵀ·g_i
             let full = self.reserve(pairs.len() * k * n)?;
-            for (i, &(at_a, _)) in pairs.iter().enumerate() {
-                self.launch(KernelLaunch::gemm(
-                    product(k, n, m, true, false),
-                    floats(&a_value, at_a * m * k, m * k),
-                    floats(&g, i * m * n, m * n),
-                    None,
-                    floats(&full, i * k * n, k * n),
-                ))?;
-            }
+            let spec = BatchedGemmSpec {
+                gemm: product(k, n, m, true, false),
+                a_offsets: at(m * k, |pair| pair.0),
+                b_offsets: each(m * n),
+            };
+            let launch = KernelLaunch::batched_gemm(spec, a_value.whole(), g.whole(), full.whole());
+            self.launch(launch)?;
             let from = plan.shape(k, n);
             let grad = self.sum_to((b, &b_shape), &full, &from, 1.0, sinks)?;
             out.push((b, Grad::Device(grad)));

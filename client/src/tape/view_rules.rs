@@ -100,8 +100,15 @@ impl Tape {
         if from == to && scale == 1.0 {
             return Ok(g.clone());
         }
+        let len: usize = to.iter().product();
+        if scale == 1.0 && is_trailing(to, from) {
+            // A bias's pattern, summed over whole leading rows: the column sum.
+            let (rows, cols) = ((from.iter().product::<usize>() / len) as u64, len as u64);
+            return self.gradient_of(input, len, sinks, |out| {
+                KernelLaunch::column_sum(g.whole(), rows, cols, out)
+            });
+        }
         let spec = sum_to_spec(from, to, scale);
-        let len = to.iter().product();
         self.gradient_of(input, len, sinks, |out| {
             KernelLaunch::strided_sum(spec, g.whole(), out)
         })
@@ -149,4 +156,10 @@ impl Tape {
             KernelLaunch::strided_sum(spec, g.whole(), out)
         })
     }
+}
+
+/// Whether `to`, its leading 1s dropped, is the trailing dimensions of `from`.
+fn is_trailing(to: &[usize], from: &[usize]) -> bool {
+    let to = &to[to.iter().take_while(|&&n| n == 1).count()..];
+    from.len() >= to.len() && from[from.len() - to.len()..] == *to
 }

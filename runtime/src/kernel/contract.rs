@@ -6,8 +6,8 @@
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec, EmbeddingSpec, GemmSpec,
-    KernelId, LayerNormSpec, MapOp, SumSpec,
+    Activation, BatchedGemmSpec, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
+    EmbeddingSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, SumSpec,
 };
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
@@ -143,6 +143,12 @@ pub enum ShapeRule<'a> {
         spec: &'a LayerNormSpec,
         /// Whether this is the backward.
         backward: bool,
+    },
+    /// A batch of GEMMs: `a` and `b` hold what the offsets reach, `c` every
+    /// product.
+    Batched {
+        /// The shape and offsets.
+        spec: &'a BatchedGemmSpec,
     },
     /// Equal lengths and a valid dropout.
     Dropout {
@@ -373,6 +379,12 @@ impl Kernel {
                     backward: false,
                 },
             ),
+            Kernel::BatchedGemm(spec) => contract(
+                "batched_gemm",
+                KernelId::BatchedGemm,
+                &[R, R, W],
+                ShapeRule::Batched { spec },
+            ),
             Kernel::Dropout(spec) => contract(
                 "dropout",
                 KernelId::Dropout,
@@ -456,6 +468,7 @@ impl ShapeRule<'_> {
             ShapeRule::StridedSum { spec } => Some(spec.validate()),
             ShapeRule::LayerNorm { spec, .. } => Some(spec.validate()),
             ShapeRule::Dropout { spec } => Some(spec.validate()),
+            ShapeRule::Batched { spec } => Some(spec.validate()),
             _ => None,
         };
         if let Some(checked) = walk {
@@ -627,6 +640,11 @@ impl ShapeRule<'_> {
                     expect(next, matrix, "y")?;
                     expect(next + 1, stats, "stats")
                 }
+            }
+            ShapeRule::Batched { spec } => {
+                reaches(0, spec.a_extent(), "a")?;
+                reaches(1, spec.b_extent(), "b")?;
+                expect(2, spec.outputs(), "c")
             }
             ShapeRule::Embedding { spec, backward } => {
                 let (table, rows) = (spec.table(), spec.outputs());

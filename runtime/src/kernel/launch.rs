@@ -2,8 +2,8 @@
 //! order of the kernel's signature.
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec, GemmSpec, LayerNormSpec,
-    MapOp, ScaleRule, SumSpec,
+    Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
+    GemmSpec, LayerNormSpec, MapOp, ScaleRule, SumSpec,
 };
 
 use super::{Binding, Kernel, KernelLaunch};
@@ -266,6 +266,11 @@ impl KernelLaunch {
         ];
         let kernel = Kernel::LayerNormBackward(Box::new(spec));
         Self::new(kernel, bindings.into_iter().flatten().collect())
+    }
+
+    /// `BatchedGemm`: `c_i ← op(a_i)·op(b_i)` for each product of `spec`.
+    pub fn batched_gemm(spec: BatchedGemmSpec, a: Binding, b: Binding, c: Binding) -> Self {
+        Self::new(Kernel::BatchedGemm(Box::new(spec)), vec![a, b, c])
     }
 
     /// `Dropout`: `out ← mask(seed)·x·scale`; also its own backward.

@@ -26,8 +26,8 @@ pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec, GemmSpec, KernelId,
-    LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
+    Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
+    GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -178,6 +178,10 @@ pub enum Kernel {
     /// (`cistern_kernels::dropout::dropout`): bindings `x`, `out`, of one
     /// length. Its own backward (the same mask over the gradient).
     Dropout(Box<DropoutSpec>),
+    /// A batch of GEMMs of one shape (`cistern_kernels::batched_gemm`):
+    /// bindings `a`, `b`, `c` (`batch·m·n`, product `i` its `i`-th block),
+    /// each product's operands at their offsets into `a` and `b`.
+    BatchedGemm(Box<BatchedGemmSpec>),
 }
 
 impl Kernel {

@@ -96,6 +96,12 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         scale: 1.0,
     };
     launches.push(KernelLaunch::dropout(mask, b, b));
+    let batched = cistern_kernels::BatchedGemmSpec {
+        gemm: GemmSpec::default(),
+        a_offsets: vec![0],
+        b_offsets: vec![0],
+    };
+    launches.push(KernelLaunch::batched_gemm(batched, b, b, b));
     launches.push(KernelLaunch::embedding_backward(lookup, b, b, b));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));

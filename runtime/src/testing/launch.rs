@@ -58,7 +58,8 @@ pub(super) fn run_launch(
         | Kernel::LayerNormBackward(_)
         | Kernel::Embedding(_)
         | Kernel::EmbeddingBackward(_)
-        | Kernel::Dropout(_) => {}
+        | Kernel::Dropout(_)
+        | Kernel::BatchedGemm(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

@@ -188,6 +188,10 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
             cistern_kernels::layer_norm_backward(spec, x, weight, stats, grad_y, grad_x, weighted)
                 .map_err(refused)?;
         }
+        Kernel::BatchedGemm(spec) => {
+            let (a, c, out) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::batched_gemm(spec, a, c, out).map_err(refused)?;
+        }
         Kernel::Dropout(spec) => {
             cistern_kernels::dropout::dropout(spec, b.read(0)?, b.write(1)?).map_err(refused)?;
         }

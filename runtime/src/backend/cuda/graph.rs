@@ -116,7 +116,8 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::LayerNormBackward(_)
         | Kernel::Embedding(_)
         | Kernel::EmbeddingBackward(_)
-        | Kernel::Dropout(_) => true,
+        | Kernel::Dropout(_)
+        | Kernel::BatchedGemm(_) => true,
     }
 }
 

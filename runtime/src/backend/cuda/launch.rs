@@ -4,7 +4,9 @@
 
 use std::ffi::c_void;
 
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, MAX_RANK, Reduction};
+use cistern_kernels::{
+    Activation, BatchedGemmSpec, ClassInput, ClassLossSpec, GemmSpec, MAX_RANK, Reduction,
+};
 use cistern_optim::OptimizerConfig;
 use cudarc::driver::sys::CUstream;
 
@@ -330,6 +332,7 @@ impl Launcher<'_> {
                 ];
                 self.stride("cistern_layer_norm_backward", spec.rows, &args)
             }
+            Kernel::BatchedGemm(spec) => self.batched_gemm(&b, spec),
             Kernel::Dropout(spec) => {
                 let n = b.same_floats(&[0, 1])?;
                 let args = [
@@ -455,6 +458,36 @@ impl Launcher<'_> {
             slope,
         ];
         self.call(kernel, tiles, &args)
+    }
+
+    /// Each product of a batch as one GEMM launch, its operands at their
+    /// offsets (a kernel of its own would make it one).
+    fn batched_gemm(&self, b: &Bound<'_>, spec: &BatchedGemmSpec) -> Result<(), LaunchError> {
+        let gemm = &spec.gemm;
+        let (m, n, k) = (gemm.m as u64, gemm.n as u64, gemm.k as u64);
+        let (kernel, tiles) = gemm_kernel(m, n).ok_or_else(|| refused("gemm: m×n overflows"))?;
+        if tiles == 0 {
+            return Ok(());
+        }
+        let (a, bb, c) = (b.slice(0)?, b.slice(1)?, b.slice(2)?);
+        let (kind, slope) = activation_code(gemm.activation);
+        for (i, (&at_a, &at_b)) in spec.a_offsets.iter().zip(&spec.b_offsets).enumerate() {
+            let args = [
+                Arg::Pointer(a.address + 4 * at_a),
+                Arg::Pointer(bb.address + 4 * at_b),
+                Arg::Pointer(0),
+                Arg::Pointer(c.address + 4 * (i as u64) * m * n),
+                Arg::U64(m),
+                Arg::U64(n),
+                Arg::U64(k),
+                Arg::I32(i32::from(gemm.transpose_a)),
+                Arg::I32(i32::from(gemm.transpose_b)),
+                kind,
+                slope,
+            ];
+            self.call(kernel, tiles, &args)?;
+        }
+        Ok(())
     }
 
     /// One step of `args`' family as step `step` over params, grads and the

@@ -262,6 +262,29 @@ impl GpuContext {
                 self.layer_norm_backward(spec, b(0)?, weight, rest)
                     .map_err(refused)
             }
+            Kernel::BatchedGemm(spec) => {
+                let (a, c, out) = (b(0)?, b(1)?, b(2)?);
+                let gemm = &spec.gemm;
+                let (mk, kn) = ((gemm.m * gemm.k) as u64, (gemm.k * gemm.n) as u64);
+                let mn = (gemm.m * gemm.n) as u64;
+                let mut all = Vec::new();
+                let pairs = spec.a_offsets.iter().zip(&spec.b_offsets);
+                for (i, (&at_a, &at_b)) in pairs.enumerate() {
+                    let plan = self
+                        .gemm(
+                            gemm,
+                            &a.part(4 * at_a, 4 * mk),
+                            &c.part(4 * at_b, 4 * kn),
+                            None,
+                            &out.part(4 * i as u64 * mn, 4 * mn),
+                        )
+                        .map_err(refused)?;
+                    if let Plan::Submissions(dispatches) | Plan::Dispatches(dispatches) = plan {
+                        all.extend(dispatches);
+                    }
+                }
+                Ok(Plan::Submissions(all))
+            }
             Kernel::Dropout(spec) => {
                 let n = elements(b(0)?);
                 if n == 0 {
