@@ -2,6 +2,7 @@
 //! API against every device present. Every backend must pass it unchanged.
 
 mod conformance {
+    pub mod broadcast;
     pub mod capture;
     pub mod capture_faults;
     pub mod classify;
@@ -12,6 +13,7 @@ mod conformance {
     pub mod kernels;
     pub mod kernels_bindings;
     pub mod large;
+    pub mod layers;
     pub mod memory;
     pub mod optim;
     pub mod optim_amp;
@@ -125,6 +127,18 @@ conformance_tests! {
     capture_faults::a_trap_during_replay_poisons_the_device,
     capture_faults::a_graph_from_before_an_invalidate_is_refused_as_stale,
     capture_faults::a_fault_while_capturing_discards_the_capture,
+    broadcast::broadcast_and_strided_sum_kernels_match_the_f64_reference,
+    broadcast::a_strided_walk_past_its_input_is_refused_before_it_runs,
+    broadcast::broadcasting_arithmetic_on_the_tape_matches_finite_differences,
+    broadcast::reductions_and_views_on_the_tape_match_finite_differences,
+    layers::layer_norm_on_the_tape_matches_finite_differences,
+    layers::embedding_on_the_tape_matches_finite_differences,
+    layers::softmax_over_the_last_dimension_of_a_3d_tensor_matches_finite_differences,
+    layers::layer_norm_and_embedding_over_many_workgroups_match_the_reference,
+    layers::batched_matmul_on_the_tape_matches_finite_differences,
+    layers::every_registered_parameter_in_any_operation_gets_its_gradient_staged,
+    layers::dropout_masks_match_the_cpu_bit_for_bit_and_backward_reuses_them,
+    layers::attention_on_the_tape_matches_finite_differences,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

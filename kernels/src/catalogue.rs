@@ -122,6 +122,22 @@ catalogue! {
     NllLoss => "nll_loss",
     /// [`crate::class_loss_backward`] over log-probabilities.
     NllLossBackward => "nll_loss_backward",
+    /// [`crate::broadcast_binary`]: add, sub, mul or div with broadcasting.
+    BroadcastBinary => "broadcast_binary",
+    /// [`crate::strided_sum`]: a sum over strided dimensions, or a gather.
+    StridedSum => "strided_sum",
+    /// [`crate::layer_norm`]: layer normalisation over rows.
+    LayerNorm => "layer_norm",
+    /// [`crate::layer_norm_backward`]: its fused backward.
+    LayerNormBackward => "layer_norm_backward",
+    /// [`crate::embedding`]: a gather of table rows by index.
+    Embedding => "embedding",
+    /// [`crate::embedding_backward`]: its deterministic scatter-add.
+    EmbeddingBackward => "embedding_backward",
+    /// [`crate::dropout::dropout`]: a seeded counter-based mask, scaled.
+    Dropout => "dropout",
+    /// [`crate::batched_gemm`]: a batch of GEMMs of one shape in one launch.
+    BatchedGemm => "batched_gemm",
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("activation.cu", include_str!("cuda/activation.cu")),
     ("reduce.cu", include_str!("cuda/reduce.cu")),
     ("classify.cu", include_str!("cuda/classify.cu")),
+    ("broadcast.cu", include_str!("cuda/broadcast.cu")),
+    ("norm.cu", include_str!("cuda/norm.cu")),
     ("gemm.cu", include_str!("cuda/gemm.cu")),
     ("optimizer.cu", include_str!("cuda/optimizer.cu")),
     ("lamb.cu", include_str!("cuda/lamb.cu")),

@@ -11,31 +11,41 @@
 //! launch kernels, kernels do not know about them.
 
 mod activation;
+mod batched;
+mod broadcast;
 mod catalogue;
 mod classify;
 pub mod cuda;
+pub mod dropout;
 mod elementwise;
+mod embedding;
 mod erf;
 mod error;
 mod gemm;
 pub mod map;
+mod norm;
 mod optimizer;
 mod parallel;
 mod reduce;
 pub mod wgsl;
 
 pub use activation::{Activation, activation_backward, activation_forward};
+pub use batched::{BatchedGemmSpec, batched_gemm};
+pub use broadcast::{BinaryOp, BroadcastSpec, MAX_RANK, SumSpec, broadcast_binary, strided_sum};
 pub use catalogue::KernelId;
 pub use cistern_optim::Segment;
 pub use classify::{
     ClassInput, ClassLossSpec, Reduction, check_targets, class_loss, class_loss_backward, softmax,
     softmax_backward,
 };
+pub use dropout::DropoutSpec;
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
+pub use embedding::{EmbeddingSpec, embedding, embedding_backward};
 pub use erf::{erf, erfc};
 pub use error::KernelError;
 pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_threads, gemm_with};
 pub use map::{MapOp, MapScalars, map};
+pub use norm::{LayerNormSpec, layer_norm, layer_norm_backward};
 pub use optimizer::{
     ScaleRule, StepContext, StepOutcome, StepScalars, adagrad_step, adam_step, adamw_step,
     amp_unscale, amp_unscale_by_device_scale, amp_update_scale, lamb_step, optimizer_step,

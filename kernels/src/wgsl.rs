@@ -45,3 +45,9 @@ pub const OPTIMIZER_VEC4: &str = include_str!("wgsl/optimizer_vec4.wgsl");
 pub const AMP: &str = include_str!("wgsl/amp.wgsl");
 /// `strided_copy` of 32-bit words.
 pub const STRIDED: &str = include_str!("wgsl/strided.wgsl");
+/// `layer_norm`, `layer_norm_backward`, `embedding` and
+/// `embedding_backward` (`crate::norm`, `crate::embedding`).
+pub const NORM: &str = include_str!("wgsl/norm.wgsl");
+/// `broadcast_binary` and `strided_sum` (`crate::broadcast`), over a table
+/// of dimensions and strides.
+pub const BROADCAST: &str = include_str!("wgsl/broadcast.wgsl");

@@ -24,8 +24,9 @@ pub mod sync;
 pub mod testing;
 
 pub use cistern_kernels::{
-    Activation, ClassInput, ClassLossSpec, GemmSpec, MapOp, MapScalars, Reduction, ScaleRule,
-    Segment, check_targets,
+    Activation, BatchedGemmSpec, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
+    EmbeddingSpec, GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction, ScaleRule,
+    Segment, SumSpec, check_targets,
 };
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,

@@ -5,17 +5,23 @@
 //! stream and returns [`Gradients`]. Nothing waits for the device until a
 //! value is read. `docs/tape.md` has the design.
 
+mod attention;
 mod backward;
 mod classify;
 mod gradients;
+mod layers;
+mod matmul;
 mod node;
 mod ops;
 mod rules;
 mod sinks;
+mod strides;
 #[allow(clippy::module_inception)]
 mod tape;
 mod tensor;
 mod var;
+mod view_rules;
+mod views;
 mod work;
 
 pub use classify::{BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, NllLossOptions};

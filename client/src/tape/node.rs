@@ -1,9 +1,10 @@
 //! What a tape records per value: its device buffer, shape, whether it is
 //! tracked, and the operation that made it (its inputs named by index).
 
-use cistern_runtime::Activation;
+use cistern_runtime::{Activation, BinaryOp, DropoutSpec};
 
 use super::classify::{BceRecord, ClassLossRecord};
+use super::layers::{EmbeddingRecord, LayerNormRecord};
 use crate::compute::Buffer;
 
 /// A value's index on its tape: values are never removed, so an index never
@@ -45,7 +46,7 @@ impl Node {
 pub(super) enum Op {
     /// A leaf: uploaded, resident or detached.
     Leaf,
-    /// `a·b`, `a` is `m×k`, `b` is `k×n`.
+    /// `a·b` over batches: `a` is `[..., m, k]`, `b` is `[..., k, n]`.
     MatMul { a: VarIndex, b: VarIndex },
     /// `act(input·weightᵀ + bias)`, `input` is `m×k`, `weight` is `n×k`.
     Linear {
@@ -62,10 +63,12 @@ pub(super) enum Op {
         input: VarIndex,
         activation: Activation,
     },
-    /// `a + b`.
-    Add { a: VarIndex, b: VarIndex },
-    /// `a ⊙ b`.
-    Mul { a: VarIndex, b: VarIndex },
+    /// `a op b` (add, sub, mul, div), broadcast to the value's shape.
+    Binary {
+        op: BinaryOp,
+        a: VarIndex,
+        b: VarIndex,
+    },
     /// `factor·input`.
     Scale { input: VarIndex, factor: f32 },
     /// `Σ input`.
@@ -91,6 +94,33 @@ pub(super) enum Op {
         input: VarIndex,
         record: Box<BceRecord>,
     },
+    /// The sum (or mean) over `dims` of `input`, with or without the
+    /// summed dimensions kept as 1s (the data is the same either way).
+    SumDims {
+        input: VarIndex,
+        dims: Vec<usize>,
+        mean: bool,
+    },
+    /// The same elements under another shape (no copy).
+    Reshape { input: VarIndex },
+    /// `input` with its dimensions reordered: dimension `i` is `input`'s
+    /// `order[i]` (a strided copy).
+    Permute { input: VarIndex, order: Vec<usize> },
+    /// Layer normalisation over the last dimensions, affine when `weight`
+    /// and `bias` are given.
+    LayerNorm {
+        input: VarIndex,
+        weight: Option<VarIndex>,
+        bias: Option<VarIndex>,
+        record: Box<LayerNormRecord>,
+    },
+    /// Dropout under a seeded counter-based mask (regenerated in backward).
+    Dropout { input: VarIndex, spec: DropoutSpec },
+    /// Rows of the table `weight` gathered by index.
+    Embedding {
+        weight: VarIndex,
+        record: Box<EmbeddingRecord>,
+    },
 }
 
 impl Op {
@@ -98,7 +128,7 @@ impl Op {
     pub(super) fn inputs(&self) -> Vec<VarIndex> {
         match *self {
             Op::Leaf => Vec::new(),
-            Op::MatMul { a, b } | Op::Add { a, b } | Op::Mul { a, b } => vec![a, b],
+            Op::MatMul { a, b } | Op::Binary { a, b, .. } => vec![a, b],
             Op::Linear {
                 input,
                 weight,
@@ -114,7 +144,18 @@ impl Op {
             | Op::Mean { input }
             | Op::Softmax { input, .. }
             | Op::ClassLoss { input, .. }
-            | Op::BceWithLogits { input, .. } => vec![input],
+            | Op::BceWithLogits { input, .. }
+            | Op::SumDims { input, .. }
+            | Op::Reshape { input }
+            | Op::Permute { input, .. } => vec![input],
+            Op::LayerNorm {
+                input,
+                weight,
+                bias,
+                ..
+            } => std::iter::once(input).chain(weight).chain(bias).collect(),
+            Op::Embedding { weight, .. } => vec![weight],
+            Op::Dropout { input, .. } => vec![input],
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

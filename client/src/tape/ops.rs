@@ -1,25 +1,25 @@
 //! The operations a tape records, forward: each checks its operands' tape
 //! and shapes, reserves its output and queues its kernels. Nothing waits.
 //!
-//! No broadcasting, except a linear layer's bias over the rows of its
-//! output: operands of element-wise operations have equal shapes, and any
-//! other combination is a `ShapeError`.
+//! Element-wise binary operations broadcast as PyTorch does; the other
+//! operations here take the shapes they name (`docs/tape.md`).
 
 use cistern_optim::GradScaler;
-use cistern_runtime::{Activation, GemmSpec, KernelLaunch, Segment};
+use cistern_runtime::{Activation, BinaryOp, GemmSpec, KernelLaunch, MapOp, Segment};
 
 use super::node::{Op, VarIndex, derivative_from_output};
-use super::tape::Tape;
+use super::strides::{broadcast_shape, broadcast_spec};
+use super::tape::{Tape, checked_len};
 use super::var::Var;
 use crate::compute::Buffer;
 use crate::error::AutodiffError;
 use crate::shape::ShapeError;
 
 /// An operand: its index, buffer and shape.
-struct Operand {
-    index: VarIndex,
-    value: Buffer,
-    shape: Vec<usize>,
+pub(super) struct Operand {
+    pub(super) index: VarIndex,
+    pub(super) value: Buffer,
+    pub(super) shape: Vec<usize>,
 }
 
 impl Operand {
@@ -40,29 +40,6 @@ impl Operand {
 }
 
 impl Tape {
-    /// The matrix product `a·b` of an `m×k` and a `k×n` matrix.
-    pub fn matmul(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
-        let (a, b) = (self.operand(a)?, self.operand(b)?);
-        let ((m, k), (rows, n)) = (a.matrix()?, b.matrix()?);
-        if rows != k {
-            return Err(dimension(0, k, rows));
-        }
-        let spec = GemmSpec {
-            m,
-            n,
-            k,
-            ..GemmSpec::default()
-        };
-        let out = self.reserve(ShapeError::element_count(&[m, n])?)?;
-        let launch = KernelLaunch::gemm(spec, a.value.whole(), b.value.whole(), None, out.whole());
-        self.launch(launch)?;
-        let op = Op::MatMul {
-            a: a.index,
-            b: b.index,
-        };
-        Ok(self.record(out, vec![m, n], op))
-    }
-
     /// A linear layer, `act(input·weightᵀ + bias)`, as PyTorch's
     /// `nn.Linear`: `input` is `m×k`, `weight` is `n×k`, the optional
     /// `bias` has `n` elements (added to every row). Bias and activation are
@@ -185,14 +162,24 @@ impl Tape {
         self.activation(input, Activation::Sigmoid)
     }
 
-    /// `a + b`, element-wise; the shapes are equal.
+    /// `a + b`, element-wise, with PyTorch's broadcasting (`docs/tape.md`).
     pub fn add(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
-        self.elementwise(a, b, KernelLaunch::add, |a, b| Op::Add { a, b })
+        self.binary(BinaryOp::Add, a, b)
     }
 
-    /// `a ⊙ b`, element-wise; the shapes are equal.
+    /// `a − b`, element-wise, with PyTorch's broadcasting.
+    pub fn sub(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+
+    /// `a ⊙ b`, element-wise, with PyTorch's broadcasting.
     pub fn mul(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
-        self.elementwise(a, b, KernelLaunch::mul, |a, b| Op::Mul { a, b })
+        self.binary(BinaryOp::Mul, a, b)
+    }
+
+    /// `a / b`, element-wise, with PyTorch's broadcasting.
+    pub fn div(&self, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
+        self.binary(BinaryOp::Div, a, b)
     }
 
     /// `factor·input`.
@@ -247,22 +234,43 @@ impl Tape {
         Ok(self.record(out, Vec::new(), op))
     }
 
-    fn elementwise(
-        &self,
-        a: &Var<'_>,
-        b: &Var<'_>,
-        kernel: fn(
-            cistern_runtime::Binding,
-            cistern_runtime::Binding,
-            cistern_runtime::Binding,
-        ) -> KernelLaunch,
-        op: fn(VarIndex, VarIndex) -> Op,
-    ) -> Result<Var<'_>, AutodiffError> {
+    fn binary(&self, op: BinaryOp, a: &Var<'_>, b: &Var<'_>) -> Result<Var<'_>, AutodiffError> {
         let (a, b) = (self.operand(a)?, self.operand(b)?);
-        ShapeError::check_dims(&a.shape, &b.shape)?;
-        let out = self.reserve(a.len())?;
-        self.launch(kernel(a.value.whole(), b.value.whole(), out.whole()))?;
-        Ok(self.record(out, a.shape, op(a.index, b.index)))
+        let shape = broadcast_shape(binary_name(op), &a.shape, &b.shape)?;
+        let out = self.broadcast_values(op, (&a.value, &a.shape), (&b.value, &b.shape), &shape)?;
+        let op = Op::Binary {
+            op,
+            a: a.index,
+            b: b.index,
+        };
+        Ok(self.record(out, shape, op))
+    }
+
+    /// A new buffer holding `a op b` over `out` (the shape both broadcast
+    /// to): the element-wise kernel where no operand is broadcast, else
+    /// the strided one.
+    pub(super) fn broadcast_values(
+        &self,
+        op: BinaryOp,
+        (a, a_shape): (&Buffer, &[usize]),
+        (b, b_shape): (&Buffer, &[usize]),
+        out: &[usize],
+    ) -> Result<Buffer, AutodiffError> {
+        let value = self.reserve(checked_len(out)?)?;
+        let launch = if a_shape == out && b_shape == out {
+            let map = match op {
+                BinaryOp::Add => MapOp::Add,
+                BinaryOp::Sub => MapOp::Sub,
+                BinaryOp::Mul => MapOp::Mul,
+                BinaryOp::Div => MapOp::Div,
+            };
+            KernelLaunch::map(map, &[], vec![a.whole(), b.whole(), value.whole()])
+        } else {
+            let spec = broadcast_spec(op, a_shape, b_shape, out);
+            KernelLaunch::broadcast_binary(spec, a.whole(), b.whole(), value.whole())
+        };
+        self.launch(launch)?;
+        Ok(value)
     }
 
     /// A new buffer holding `factor·value` (`len` elements).
@@ -291,7 +299,7 @@ impl Tape {
         Ok(out)
     }
 
-    fn operand(&self, var: &Var<'_>) -> Result<Operand, AutodiffError> {
+    pub(super) fn operand(&self, var: &Var<'_>) -> Result<Operand, AutodiffError> {
         let index = self.index_of(var)?;
         let (value, shape) = self.with_node(index, |node| (node.value.clone(), node.shape.clone()));
         Ok(Operand {
@@ -299,6 +307,16 @@ impl Tape {
             value,
             shape,
         })
+    }
+}
+
+/// The name of `op` as errors show it.
+pub(super) fn binary_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "add",
+        BinaryOp::Sub => "sub",
+        BinaryOp::Mul => "mul",
+        BinaryOp::Div => "div",
     }
 }
 

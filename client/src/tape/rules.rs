@@ -8,11 +8,12 @@ use super::backward::Grad;
 use super::node::{Node, Op, VarIndex};
 use super::sinks::Sinks;
 use super::tape::Tape;
+use super::view_rules::Side;
 use crate::compute::Buffer;
 use crate::error::AutodiffError;
 
 /// Contributions to inputs' gradients, in the order computed.
-type Contributions = Vec<(VarIndex, Grad)>;
+pub(super) type Contributions = Vec<(VarIndex, Grad)>;
 
 impl Tape {
     /// The contributions value `index`'s operation makes, given the
@@ -33,21 +34,8 @@ impl Tape {
         match op {
             Op::Leaf => {}
             Op::MatMul { a, b } => {
-                let g = self.materialize(grad, len)?;
-                let ((a_value, a_shape), b_value) = (self.value_and_shape(a), self.value_of(b));
-                let (m, k, n) = (a_shape[0], a_shape[1], shape[1]);
-                if reached(&a) {
-                    // ∂a = g·bᵀ (m×k)
-                    let spec = product(m, k, n, false, true);
-                    let grad = self.gemm_for(a, spec, &g, &b_value, m * k, sinks)?;
-                    out.push((a, Grad::Device(grad)));
-                }
-                if reached(&b) {
-                    // ∂b = aᵀ·g (k×n)
-                    let spec = product(k, n, m, true, false);
-                    let grad = self.gemm_for(b, spec, &a_value, &g, k * n, sinks)?;
-                    out.push((b, Grad::Device(grad)));
-                }
+                let reached = |input: VarIndex| reached(&input);
+                out.extend(self.matmul_gradients((a, b), grad, reached, sinks)?);
             }
             Op::Linear {
                 input,
@@ -92,20 +80,11 @@ impl Tape {
                     out.push((input, Grad::Device(grad)));
                 }
             }
-            Op::Add { a, b } => {
-                out.push((a, grad.clone()));
-                out.push((b, grad.clone()));
-            }
-            Op::Mul { a, b } => {
-                let g = self.materialize(grad, len)?;
-                if reached(&a) {
-                    let grad = self.product_with(&g, &self.value_of(b), len)?;
-                    out.push((a, Grad::Device(grad)));
-                }
-                if reached(&b) {
-                    let grad = self.product_with(&g, &self.value_of(a), len)?;
-                    out.push((b, Grad::Device(grad)));
-                }
+            Op::Binary { op, a, b } => {
+                let sides = (self.side(a), self.side(b));
+                let reached = |input: VarIndex| reached(&input);
+                let at = (&value, shape.as_slice());
+                out.extend(self.binary_gradients(op, sides, at, grad, reached, sinks)?);
             }
             Op::Scale { input, factor } => {
                 let scaled = match grad {
@@ -160,9 +139,54 @@ impl Tape {
                     out.push((input, Grad::Device(g)));
                 }
             }
+            Op::SumDims { input, dims, mean } => {
+                if reached(&input) {
+                    let input_shape = self.with_node(input, |node| node.shape.clone());
+                    let count: usize = dims.iter().map(|&d| input_shape[d]).product();
+                    let scale = if mean { 1.0 / count as f32 } else { 1.0 };
+                    let at = (input, input_shape.as_slice());
+                    let g = self.sum_dims_gradient(at, &dims, scale, grad, sinks)?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
+            Op::Reshape { input } => out.push((input, grad.clone())),
+            Op::LayerNorm {
+                input,
+                weight,
+                bias,
+                record,
+            } => {
+                let reached = |input: VarIndex| reached(&input);
+                let inputs = (input, weight, bias);
+                out.extend(self.layer_norm_gradients(inputs, &record, grad, reached, sinks)?);
+            }
+            Op::Dropout { input, spec } => {
+                if reached(&input) {
+                    let g = self.dropout_gradient(input, spec, grad, len, sinks)?;
+                    out.push((input, g));
+                }
+            }
+            Op::Embedding { weight, record } => {
+                if reached(&weight) {
+                    let g = self.embedding_gradient(weight, &record, grad, sinks)?;
+                    out.push((weight, Grad::Device(g)));
+                }
+            }
+            Op::Permute { input, order } => {
+                if reached(&input) {
+                    let g = self.permute_gradient(input, &order, &shape, grad, sinks)?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
         }
         out.retain(|(input, _)| reached(input));
         Ok(out)
+    }
+
+    /// Value `index`'s index, buffer and shape.
+    fn side(&self, index: VarIndex) -> Side {
+        let (value, shape) = self.value_and_shape(index);
+        (index, value, shape)
     }
 
     fn value_of(&self, index: VarIndex) -> Buffer {
@@ -192,7 +216,7 @@ impl Tape {
     /// The gradient of `input` (`len` elements), which the launch `make`
     /// builds around its output writes: into `input`'s sink if it has one
     /// (recorded there with the launch's token), else into a new buffer.
-    fn gradient_of(
+    pub(super) fn gradient_of(
         &self,
         input: VarIndex,
         len: usize,
@@ -249,12 +273,6 @@ impl Tape {
         Ok(out)
     }
 
-    fn product_with(&self, a: &Buffer, b: &Buffer, len: usize) -> Result<Buffer, AutodiffError> {
-        let out = self.reserve(len)?;
-        self.launch(KernelLaunch::mul(a.whole(), b.whole(), out.whole()))?;
-        Ok(out)
-    }
-
     /// `n` elements, each `factor·grad` for a one-element `grad`: one fill
     /// for a host constant; for a device scalar, a fill of `factor` times
     /// the scalar.
@@ -303,7 +321,13 @@ impl Tape {
 }
 
 /// A GEMM spec `m×n` over a contracted `k`, without bias or activation.
-fn product(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
+pub(super) fn product(
+    m: usize,
+    n: usize,
+    k: usize,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> GemmSpec {
     GemmSpec {
         m,
         n,

@@ -165,15 +165,17 @@ fn every_shape_that_does_not_fit_is_a_shape_error() {
             actual: 2
         })
     );
-    assert_eq!(tape.add(&m23, &m24).err(), dimension(1, 3, 4));
-    assert_eq!(tape.mul(&v3, &v4).err(), dimension(0, 3, 4));
-    // No broadcasting but the bias's: a row vector does not add to a matrix.
+    // Element-wise operations broadcast (a row over a matrix's rows); shapes
+    // that do not are an invalid argument naming both.
+    for refused in [tape.add(&m23, &m24).err(), tape.mul(&v3, &v4).err()] {
+        let Some(AutodiffError::InvalidArgument(message)) = refused else {
+            panic!("not broadcastable: {refused:?}");
+        };
+        assert!(message.contains("do not broadcast"), "{message}");
+    }
     assert_eq!(
-        tape.add(&m23, &v3).err(),
-        shape(ShapeError::RankMismatch {
-            expected: 2,
-            actual: 1
-        })
+        ok(tape.add(&m23, &v3), "a row over a matrix").shape(),
+        [2, 3]
     );
     assert_eq!(tape.mse_loss(&m23, &m24).err(), dimension(1, 3, 4));
     assert_eq!(
@@ -276,4 +278,69 @@ fn a_loss_scaled_for_amp_carries_the_scalers_scale_into_every_gradient() {
         .map(|g| g * scaler.scale())
         .collect();
     assert_eq!(grad, Some(want));
+}
+
+#[test]
+fn views_and_reductions_refuse_dimensions_that_do_not_fit_naming_them() {
+    let client = open();
+    let tape = Tape::new(&client);
+    let x = ok(tape.var(&ok(Tensor::full([2, 3, 4], 1.0f32), "x")), "x");
+    let deep = ok(tape.var(&ok(Tensor::full([1; 7], 1.0f32), "deep")), "deep");
+    let refusals = [
+        (tape.sum_dim(&x, &[3], false).err(), "out of range"),
+        (tape.sum_dim(&x, &[-4], true).err(), "out of range"),
+        (tape.mean_dim(&x, &[1, -2], false).err(), "named twice"),
+        (tape.sum_dim(&x, &[], false).err(), "at least one"),
+        (tape.permute(&x, &[0, 1]).err(), "name each once"),
+        (tape.transpose(&x, 0, 5).err(), "out of range"),
+        (tape.reshape(&x, &[5, -1]).err(), "[2, 3, 4]"),
+        (tape.reshape(&x, &[-1, -1]).err(), "only one"),
+        (tape.sum_dim(&deep, &[0], false).err(), "at most 6"),
+        (tape.add(&deep, &x).err(), "at most 6"),
+    ];
+    for (refused, says) in refusals {
+        let Some(AutodiffError::InvalidArgument(message)) = refused else {
+            panic!("expected an invalid argument saying {says:?}: {refused:?}");
+        };
+        assert!(message.contains(says), "{message:?} should say {says:?}");
+    }
+    assert_eq!(ok(tape.add(&deep, &deep), "equal shapes").shape(), [1; 7]);
+}
+
+#[test]
+fn layer_norm_and_embedding_refuse_shapes_and_indices_that_do_not_fit_naming_them() {
+    let client = open();
+    let tape = Tape::new(&client);
+    let x = ok(tape.var(&ok(Tensor::full([2, 3, 4], 1.0f32), "x")), "x");
+    let w3 = ok(tape.var(&ok(Tensor::full([3], 1.0f32), "w3")), "w3");
+    let w4 = ok(tape.var(&ok(Tensor::full([4], 1.0f32), "w4")), "w4");
+    let table = ok(
+        tape.var(&ok(Tensor::full([5, 2], 1.0f32), "table")),
+        "table",
+    );
+    let refusals = [
+        (
+            tape.layer_norm(&x, &[3], None, None, 1e-5).err(),
+            "not the end",
+        ),
+        (
+            tape.layer_norm(&x, &[4], Some(&w3), Some(&w4), 1e-5).err(),
+            "weight has shape [3]",
+        ),
+        (tape.layer_norm(&x, &[4], None, None, f32::NAN).err(), "eps"),
+        (
+            tape.embedding(&table, &[0, 5], &[2]).err(),
+            "index 5 at position 1",
+        ),
+        (tape.embedding(&table, &[0, 1], &[3]).err(), "do not fill"),
+        (tape.embedding(&x, &[0], &[1]).err(), "vocab×dim"),
+        (tape.dropout(&x, 1.5, 7).err(), "not a probability"),
+        (tape.dropout(&x, f32::NAN, 7).err(), "not a probability"),
+    ];
+    for (refused, says) in refusals {
+        let Some(AutodiffError::InvalidArgument(message)) = refused else {
+            panic!("expected an invalid argument saying {says:?}: {refused:?}");
+        };
+        assert!(message.contains(says), "{message:?} should say {says:?}");
+    }
 }

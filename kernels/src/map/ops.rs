@@ -34,4 +34,8 @@ map_ops! {
     /// pw·y·σ(−x)]` (PyTorch's `(1 − y) − (1 + (pw − 1)·y)·σ(−x)`
     /// rearranged), `factor` the upstream gradient (over `n` for a mean).
     BceWithLogitsBackward => "bce_with_logits_backward" (x, y, pos_weight, weight) [factor, one] new: factor * weight * ((one - y) / (one + exp(-x)) - pos_weight * y / (one + exp(x)));
+    /// `out ← a − b`.
+    Sub => "sub" (a, b) [] new: a - b;
+    /// `out ← a / b`.
+    Div => "div" (a, b) [] new: a / b;
 }

@@ -8,6 +8,10 @@ fn each_definition_computes_its_expression_on_the_cpu() {
     assert_eq!(out, [5.0, -1.5, 2.5]);
     map(MapOp::Mul, &mut out, &[&a, &b], &[]).unwrap();
     assert_eq!(out, [4.0, -1.0, -3.5]);
+    map(MapOp::Sub, &mut out, &[&a, &b], &[]).unwrap();
+    assert_eq!(out, [-3.0, -2.5, 4.5]);
+    map(MapOp::Div, &mut out, &[&a, &b], &[]).unwrap();
+    assert_eq!(out, [0.25, -4.0, -3.5]);
     map(MapOp::MseLossBackward, &mut out, &[&a, &b], &[2.0]).unwrap();
     assert_eq!(out, [-6.0, -5.0, 9.0]);
     map(MapOp::Fill, &mut out, &[], &[7.0]).unwrap();

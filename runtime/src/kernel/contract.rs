@@ -5,7 +5,10 @@
 //! (`server/validate.rs` applies the rules); backends trust it.
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, KernelId, MapOp};
+use cistern_kernels::{
+    Activation, BatchedGemmSpec, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
+    EmbeddingSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, SumSpec,
+};
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
 
@@ -119,6 +122,45 @@ pub enum ShapeRule<'a> {
         /// The loss's shape and options.
         spec: &'a ClassLossSpec,
         /// Whether this is the backward (a gradient binding last).
+        backward: bool,
+    },
+    /// A broadcast binary operation: `a` and `b` hold what their strides
+    /// reach, `out` the output's elements.
+    Broadcast {
+        /// The walk and the operation.
+        spec: &'a BroadcastSpec,
+    },
+    /// A strided sum: `x` holds what the strides reach, `out` the output's
+    /// elements.
+    StridedSum {
+        /// The walk and the scale.
+        spec: &'a SumSpec,
+    },
+    /// A layer normalisation (or its backward): matrices `rows×cols`, the
+    /// weight and bias `cols`, the stats `2·rows`.
+    LayerNorm {
+        /// The shape and options.
+        spec: &'a LayerNormSpec,
+        /// Whether this is the backward.
+        backward: bool,
+    },
+    /// A batch of GEMMs: `a` and `b` hold what the offsets reach, `c` every
+    /// product.
+    Batched {
+        /// The shape and offsets.
+        spec: &'a BatchedGemmSpec,
+    },
+    /// Equal lengths and a valid dropout.
+    Dropout {
+        /// The seed, threshold and scale.
+        spec: &'a DropoutSpec,
+    },
+    /// An embedding lookup (or its backward): the table `vocab×dim`, the
+    /// indices `rows`, the rows looked up `rows×dim`.
+    Embedding {
+        /// The shape.
+        spec: &'a EmbeddingSpec,
+        /// Whether this is the backward.
         backward: bool,
     },
 }
@@ -290,6 +332,74 @@ impl Kernel {
                 };
                 contract(id.name(), id, signature, shape)
             }
+            Kernel::BroadcastBinary(spec) => contract(
+                "broadcast_binary",
+                KernelId::BroadcastBinary,
+                &[R, R, W],
+                ShapeRule::Broadcast { spec },
+            ),
+            Kernel::StridedSum(spec) => contract(
+                "strided_sum",
+                KernelId::StridedSum,
+                &[R, W],
+                ShapeRule::StridedSum { spec },
+            ),
+            Kernel::LayerNorm(spec) => contract(
+                "layer_norm",
+                KernelId::LayerNorm,
+                if spec.affine {
+                    &[R, R, R, W, W]
+                } else {
+                    &[R, W, W]
+                },
+                ShapeRule::LayerNorm {
+                    spec,
+                    backward: false,
+                },
+            ),
+            Kernel::LayerNormBackward(spec) => contract(
+                "layer_norm_backward",
+                KernelId::LayerNormBackward,
+                if spec.affine {
+                    &[R, R, R, R, W, W]
+                } else {
+                    &[R, R, R, W, W]
+                },
+                ShapeRule::LayerNorm {
+                    spec,
+                    backward: true,
+                },
+            ),
+            Kernel::Embedding(spec) => contract(
+                "embedding",
+                KernelId::Embedding,
+                &[R, R, W],
+                ShapeRule::Embedding {
+                    spec,
+                    backward: false,
+                },
+            ),
+            Kernel::BatchedGemm(spec) => contract(
+                "batched_gemm",
+                KernelId::BatchedGemm,
+                &[R, R, W],
+                ShapeRule::Batched { spec },
+            ),
+            Kernel::Dropout(spec) => contract(
+                "dropout",
+                KernelId::Dropout,
+                &[R, W],
+                ShapeRule::Dropout { spec },
+            ),
+            Kernel::EmbeddingBackward(spec) => contract(
+                "embedding_backward",
+                KernelId::EmbeddingBackward,
+                &[R, R, W],
+                ShapeRule::Embedding {
+                    spec,
+                    backward: true,
+                },
+            ),
         }
     }
 }
@@ -353,6 +463,19 @@ impl ShapeRule<'_> {
                     message: format!("class loss: {error}"),
                 });
         }
+        let walk = match self {
+            ShapeRule::Broadcast { spec } => Some(spec.validate()),
+            ShapeRule::StridedSum { spec } => Some(spec.validate()),
+            ShapeRule::LayerNorm { spec, .. } => Some(spec.validate()),
+            ShapeRule::Dropout { spec } => Some(spec.validate()),
+            ShapeRule::Batched { spec } => Some(spec.validate()),
+            _ => None,
+        };
+        if let Some(checked) = walk {
+            return checked.map_err(|error| ServerError::InvalidArgument {
+                message: error.to_string(),
+            });
+        }
         if let ShapeRule::CountedStep { step } = self {
             let kernel = step.kernel_id().name();
             return step
@@ -389,9 +512,18 @@ impl ShapeRule<'_> {
             ))),
             None => Err(invalid(format!("the size of {what} overflows"))),
         };
+        // A binding read through strides holds at least what they reach.
+        let reaches = |index: usize, extent: Option<u64>, what: &str| match extent {
+            Some(extent) if elements.get(index).is_some_and(|&len| len >= extent) => Ok(()),
+            Some(extent) => Err(invalid(format!(
+                "binding {index} ({what}) has {} elements; its strides reach {extent}",
+                elements.get(index).copied().unwrap_or(0)
+            ))),
+            None => Err(invalid(format!("the extent of {what} overflows"))),
+        };
         match *self {
             ShapeRule::Any => Ok(()),
-            ShapeRule::Equal | ShapeRule::Map { .. } => {
+            ShapeRule::Equal | ShapeRule::Map { .. } | ShapeRule::Dropout { .. } => {
                 if elements.windows(2).any(|pair| pair[0] != pair[1]) {
                     Err(invalid(format!("bindings differ in size: {elements:?}")))
                 } else {
@@ -475,6 +607,55 @@ impl ShapeRule<'_> {
                     expect(next + 1, rows.checked_mul(classes), "grad_input")
                 } else {
                     expect(next, Some(loss), "out")
+                }
+            }
+            ShapeRule::Broadcast { spec } => {
+                reaches(0, spec.a_extent(), "a")?;
+                reaches(1, spec.b_extent(), "b")?;
+                expect(2, spec.outputs(), "out")
+            }
+            ShapeRule::StridedSum { spec } => {
+                reaches(0, spec.extent(), "x")?;
+                expect(1, spec.outputs(), "out")
+            }
+            ShapeRule::LayerNorm { spec, backward } => {
+                let matrix = spec.elements();
+                let stats = spec.rows.checked_mul(2);
+                expect(0, matrix, "x")?;
+                let mut next = 1;
+                if spec.affine {
+                    expect(1, Some(spec.cols), "weight")?;
+                    next = 2;
+                    if !backward {
+                        expect(2, Some(spec.cols), "bias")?;
+                        next = 3;
+                    }
+                }
+                if backward {
+                    expect(next, stats, "stats")?;
+                    expect(next + 1, matrix, "grad_y")?;
+                    expect(next + 2, matrix, "grad_x")?;
+                    expect(next + 3, matrix, "weighted")
+                } else {
+                    expect(next, matrix, "y")?;
+                    expect(next + 1, stats, "stats")
+                }
+            }
+            ShapeRule::Batched { spec } => {
+                reaches(0, spec.a_extent(), "a")?;
+                reaches(1, spec.b_extent(), "b")?;
+                expect(2, spec.outputs(), "c")
+            }
+            ShapeRule::Embedding { spec, backward } => {
+                let (table, rows) = (spec.table(), spec.outputs());
+                if backward {
+                    expect(0, Some(spec.rows), "indices")?;
+                    expect(1, rows, "grad_out")?;
+                    expect(2, table, "grad_weight")
+                } else {
+                    expect(0, table, "weight")?;
+                    expect(1, Some(spec.rows), "indices")?;
+                    expect(2, rows, "out")
                 }
             }
         }

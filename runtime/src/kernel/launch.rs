@@ -1,7 +1,10 @@
 //! Constructors of well-formed launches, one per kernel: bindings in the
 //! order of the kernel's signature.
 
-use cistern_kernels::{Activation, ClassLossSpec, GemmSpec, MapOp, ScaleRule};
+use cistern_kernels::{
+    Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
+    GemmSpec, LayerNormSpec, MapOp, ScaleRule, SumSpec,
+};
 
 use super::{Binding, Kernel, KernelLaunch};
 use crate::optimizer::SegmentTable;
@@ -212,5 +215,85 @@ impl KernelLaunch {
         ];
         let kernel = Kernel::ClassLossBackward(Box::new(spec));
         Self::new(kernel, bindings.into_iter().flatten().collect())
+    }
+
+    /// `BroadcastBinary`: `out ← a op b` through the strides of `spec`.
+    pub fn broadcast_binary(spec: BroadcastSpec, a: Binding, b: Binding, out: Binding) -> Self {
+        Self::new(Kernel::BroadcastBinary(Box::new(spec)), vec![a, b, out])
+    }
+
+    /// `StridedSum`: `out ← scale·Σ x` over the summed dimensions of
+    /// `spec` (a strided gather when it sums over none).
+    pub fn strided_sum(spec: SumSpec, x: Binding, out: Binding) -> Self {
+        Self::new(Kernel::StridedSum(Box::new(spec)), vec![x, out])
+    }
+
+    /// `LayerNorm`: `y ← (x − mean)·rstd (·weight + bias)` over each row,
+    /// the stats written; `affine` (weight, bias) sets `spec.affine`.
+    pub fn layer_norm(
+        mut spec: LayerNormSpec,
+        x: Binding,
+        affine: Option<(Binding, Binding)>,
+        y: Binding,
+        stats: Binding,
+    ) -> Self {
+        spec.affine = affine.is_some();
+        let mut bindings = vec![x];
+        bindings.extend(affine.into_iter().flat_map(|(w, b)| [w, b]));
+        bindings.extend([y, stats]);
+        Self::new(Kernel::LayerNorm(Box::new(spec)), bindings)
+    }
+
+    /// `LayerNormBackward`: the input's gradient and `grad_y ⊙ x̂` from the
+    /// forward's stats; `weight` sets `spec.affine`.
+    pub fn layer_norm_backward(
+        mut spec: LayerNormSpec,
+        x: Binding,
+        weight: Option<Binding>,
+        stats: Binding,
+        grad_y: Binding,
+        grad_x: Binding,
+        weighted: Binding,
+    ) -> Self {
+        spec.affine = weight.is_some();
+        let bindings = [
+            Some(x),
+            weight,
+            Some(stats),
+            Some(grad_y),
+            Some(grad_x),
+            Some(weighted),
+        ];
+        let kernel = Kernel::LayerNormBackward(Box::new(spec));
+        Self::new(kernel, bindings.into_iter().flatten().collect())
+    }
+
+    /// `BatchedGemm`: `c_i ← op(a_i)·op(b_i)` for each product of `spec`.
+    pub fn batched_gemm(spec: BatchedGemmSpec, a: Binding, b: Binding, c: Binding) -> Self {
+        Self::new(Kernel::BatchedGemm(Box::new(spec)), vec![a, b, c])
+    }
+
+    /// `Dropout`: `out ← mask(seed)·x·scale`; also its own backward.
+    pub fn dropout(spec: DropoutSpec, x: Binding, out: Binding) -> Self {
+        Self::new(Kernel::Dropout(Box::new(spec)), vec![x, out])
+    }
+
+    /// `Embedding`: `out[i] ← weight[indices[i]]` (`i32` indices).
+    pub fn embedding(spec: EmbeddingSpec, weight: Binding, indices: Binding, out: Binding) -> Self {
+        Self::new(
+            Kernel::Embedding(Box::new(spec)),
+            vec![weight, indices, out],
+        )
+    }
+
+    /// `EmbeddingBackward`: the table's gradient, a deterministic scatter-add.
+    pub fn embedding_backward(
+        spec: EmbeddingSpec,
+        indices: Binding,
+        grad_out: Binding,
+        grad_weight: Binding,
+    ) -> Self {
+        let kernel = Kernel::EmbeddingBackward(Box::new(spec));
+        Self::new(kernel, vec![indices, grad_out, grad_weight])
     }
 }

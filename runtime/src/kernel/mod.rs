@@ -26,7 +26,8 @@ pub use contract::{Access, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
-    Activation, ClassLossSpec, GemmSpec, KernelId, MapOp, MapScalars, ScaleRule,
+    Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
+    GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +152,36 @@ pub enum Kernel {
     /// `input`, `targets`, `weight` (when weighted), `grad_output` (as long
     /// as the loss), `grad_input` (`rows×classes`).
     ClassLossBackward(Box<ClassLossSpec>),
+    /// `out ← a op b` with PyTorch's broadcasting, through strides
+    /// (`cistern_kernels::broadcast_binary`): bindings `a`, `b`, `out`.
+    /// Boxed: wide.
+    BroadcastBinary(Box<BroadcastSpec>),
+    /// A scaled sum over strided dimensions, or a strided gather when it
+    /// sums over none (`cistern_kernels::strided_sum`): bindings `x`, `out`.
+    /// Boxed: wide.
+    StridedSum(Box<SumSpec>),
+    /// Layer normalisation over the rows of a `rows×cols` matrix
+    /// (`cistern_kernels::layer_norm`): bindings `x`, `weight` and `bias`
+    /// (`cols` each, when affine), `y`, `stats` (`2·rows`: means, rstds).
+    LayerNorm(Box<LayerNormSpec>),
+    /// Its fused backward: bindings `x`, `weight` (when affine), `stats`,
+    /// `grad_y`, `grad_x`, `weighted` (`grad_y ⊙ x̂`, for the weight's
+    /// gradient).
+    LayerNormBackward(Box<LayerNormSpec>),
+    /// A gather of table rows by `i32` index (`cistern_kernels::embedding`):
+    /// bindings `weight` (`vocab×dim`), `indices` (`rows`), `out` (`rows×dim`).
+    Embedding(Box<EmbeddingSpec>),
+    /// Its deterministic scatter-add: bindings `indices`, `grad_out`,
+    /// `grad_weight` (`vocab×dim`, overwritten).
+    EmbeddingBackward(Box<EmbeddingSpec>),
+    /// Dropout from a counter-based generator
+    /// (`cistern_kernels::dropout::dropout`): bindings `x`, `out`, of one
+    /// length. Its own backward (the same mask over the gradient).
+    Dropout(Box<DropoutSpec>),
+    /// A batch of GEMMs of one shape (`cistern_kernels::batched_gemm`):
+    /// bindings `a`, `b`, `c` (`batch·m·n`, product `i` its `i`-th block),
+    /// each product's operands at their offsets into `a` and `b`.
+    BatchedGemm(Box<BatchedGemmSpec>),
 }
 
 impl Kernel {

@@ -54,6 +54,55 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
             b,
         ),
     ];
+    launches.push(KernelLaunch::broadcast_binary(
+        cistern_kernels::BroadcastSpec {
+            op: cistern_kernels::BinaryOp::Add,
+            shape: vec![1],
+            a_strides: vec![0],
+            b_strides: vec![0],
+        },
+        b,
+        b,
+        b,
+    ));
+    launches.push(KernelLaunch::strided_sum(
+        cistern_kernels::SumSpec {
+            shape: vec![1],
+            strides: vec![0],
+            summed: vec![],
+            summed_strides: vec![],
+            scale: 1.0,
+        },
+        b,
+        b,
+    ));
+    let norm = cistern_kernels::LayerNormSpec {
+        rows: 1,
+        cols: 1,
+        eps: 1e-5,
+        affine: false,
+    };
+    launches.push(KernelLaunch::layer_norm(norm, b, None, b, b));
+    launches.push(KernelLaunch::layer_norm_backward(norm, b, None, b, b, b, b));
+    let lookup = cistern_kernels::EmbeddingSpec {
+        rows: 1,
+        dim: 1,
+        vocab: 1,
+    };
+    launches.push(KernelLaunch::embedding(lookup, b, b, b));
+    let mask = cistern_kernels::DropoutSpec {
+        seed: 1,
+        threshold: 0,
+        scale: 1.0,
+    };
+    launches.push(KernelLaunch::dropout(mask, b, b));
+    let batched = cistern_kernels::BatchedGemmSpec {
+        gemm: GemmSpec::default(),
+        a_offsets: vec![0],
+        b_offsets: vec![0],
+    };
+    launches.push(KernelLaunch::batched_gemm(batched, b, b, b));
+    launches.push(KernelLaunch::embedding_backward(lookup, b, b, b));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));
         launches.push(KernelLaunch::softmax_backward(b, b, 1, 1, log, b));

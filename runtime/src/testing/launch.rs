@@ -51,7 +51,15 @@ pub(super) fn run_launch(
         | Kernel::Softmax { .. }
         | Kernel::SoftmaxBackward { .. }
         | Kernel::ClassLoss(_)
-        | Kernel::ClassLossBackward(_) => {}
+        | Kernel::ClassLossBackward(_)
+        | Kernel::BroadcastBinary(_)
+        | Kernel::StridedSum(_)
+        | Kernel::LayerNorm(_)
+        | Kernel::LayerNormBackward(_)
+        | Kernel::Embedding(_)
+        | Kernel::EmbeddingBackward(_)
+        | Kernel::Dropout(_)
+        | Kernel::BatchedGemm(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

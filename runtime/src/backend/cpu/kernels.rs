@@ -164,6 +164,45 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
             cistern_kernels::class_loss_backward(spec, input, targets, weight, grad_output, grad)
                 .map_err(refused)?;
         }
+        Kernel::BroadcastBinary(spec) => {
+            let (a, c, out) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::broadcast_binary(spec, a, c, out).map_err(refused)?;
+        }
+        Kernel::StridedSum(spec) => {
+            cistern_kernels::strided_sum(spec, b.read(0)?, b.write(1)?).map_err(refused)?;
+        }
+        Kernel::LayerNorm(spec) => {
+            let affine = match spec.affine {
+                true => Some((b.read(1)?, b.read(2)?)),
+                false => None,
+            };
+            let next = if spec.affine { 3 } else { 1 };
+            let (x, y, stats) = (b.read(0)?, b.write(next)?, b.write(next + 1)?);
+            cistern_kernels::layer_norm(spec, x, affine, y, stats).map_err(refused)?;
+        }
+        Kernel::LayerNormBackward(spec) => {
+            let weight = spec.affine.then(|| b.read(1)).transpose()?;
+            let next = 1 + usize::from(spec.affine);
+            let (x, stats, grad_y) = (b.read(0)?, b.read(next)?, b.read(next + 1)?);
+            let (grad_x, weighted) = (b.write(next + 2)?, b.write(next + 3)?);
+            cistern_kernels::layer_norm_backward(spec, x, weight, stats, grad_y, grad_x, weighted)
+                .map_err(refused)?;
+        }
+        Kernel::BatchedGemm(spec) => {
+            let (a, c, out) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::batched_gemm(spec, a, c, out).map_err(refused)?;
+        }
+        Kernel::Dropout(spec) => {
+            cistern_kernels::dropout::dropout(spec, b.read(0)?, b.write(1)?).map_err(refused)?;
+        }
+        Kernel::Embedding(spec) => {
+            let (weight, indices, out) = (b.read(0)?, b.targets(1)?, b.write(2)?);
+            cistern_kernels::embedding(spec, weight, indices, out).map_err(refused)?;
+        }
+        Kernel::EmbeddingBackward(spec) => {
+            let (indices, grad_out, grad) = (b.targets(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::embedding_backward(spec, indices, grad_out, grad).map_err(refused)?;
+        }
     }
     Ok(())
 }

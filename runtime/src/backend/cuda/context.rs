@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 25] = [
+const FUNCTIONS: [&str; 32] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -47,6 +47,13 @@ const FUNCTIONS: [&str; 25] = [
     "cistern_softmax_backward",
     "cistern_class_loss",
     "cistern_class_loss_backward",
+    "cistern_broadcast_binary",
+    "cistern_strided_sum",
+    "cistern_layer_norm",
+    "cistern_layer_norm_backward",
+    "cistern_embedding",
+    "cistern_embedding_backward",
+    "cistern_dropout",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

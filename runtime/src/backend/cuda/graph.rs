@@ -109,7 +109,15 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::Softmax { .. }
         | Kernel::SoftmaxBackward { .. }
         | Kernel::ClassLoss(_)
-        | Kernel::ClassLossBackward(_) => true,
+        | Kernel::ClassLossBackward(_)
+        | Kernel::BroadcastBinary(_)
+        | Kernel::StridedSum(_)
+        | Kernel::LayerNorm(_)
+        | Kernel::LayerNormBackward(_)
+        | Kernel::Embedding(_)
+        | Kernel::EmbeddingBackward(_)
+        | Kernel::Dropout(_)
+        | Kernel::BatchedGemm(_) => true,
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::ffi::c_void;
 
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, GemmSpec, Reduction};
+use cistern_kernels::{
+    Activation, BatchedGemmSpec, ClassInput, ClassLossSpec, GemmSpec, MAX_RANK, Reduction,
+};
 use cistern_optim::OptimizerConfig;
 use cudarc::driver::sys::CUstream;
 
@@ -32,6 +34,19 @@ impl CudaSlice {
     fn floats(&self) -> u64 {
         self.len / 4
     }
+}
+
+/// `values` padded in front with `fill` to the broadcast kernels' rank
+/// (`broadcast.cu`); a longer list (refused by the contract) is malformed.
+fn padded(values: &[u64], fill: u64) -> Result<[Arg; MAX_RANK], LaunchError> {
+    let lead = MAX_RANK
+        .checked_sub(values.len())
+        .ok_or_else(|| malformed("a broadcast of more than 6 dimensions"))?;
+    let mut args = [Arg::U64(fill); MAX_RANK];
+    for (slot, &value) in args[lead..].iter_mut().zip(values) {
+        *slot = Arg::U64(value);
+    }
+    Ok(args)
 }
 
 /// Threads per block of every kernel (the reductions assume it).
@@ -263,6 +278,95 @@ impl Launcher<'_> {
                 args.extend(class_loss_args(spec));
                 self.stride("cistern_class_loss_backward", spec.rows as u64, &args)
             }
+            Kernel::BroadcastBinary(spec) => {
+                let n = b.floats(2)?;
+                let mut args = vec![p(0)?, p(1)?, p(2)?, Arg::I32(spec.op.code() as i32)];
+                args.extend(padded(&spec.shape, 1)?);
+                args.extend(padded(&spec.a_strides, 0)?);
+                args.extend(padded(&spec.b_strides, 0)?);
+                args.push(Arg::U64(n));
+                self.stride("cistern_broadcast_binary", n, &args)
+            }
+            Kernel::StridedSum(spec) => {
+                let n = b.floats(1)?;
+                let summed = spec.summed.iter().product::<u64>();
+                let mut args = vec![p(0)?, p(1)?, Arg::F32(spec.scale)];
+                args.extend(padded(&spec.shape, 1)?);
+                args.extend(padded(&spec.strides, 0)?);
+                args.extend(padded(&spec.summed, 1)?);
+                args.extend(padded(&spec.summed_strides, 0)?);
+                args.extend([Arg::U64(summed), Arg::U64(n)]);
+                self.stride("cistern_strided_sum", n, &args)
+            }
+            Kernel::LayerNorm(spec) => {
+                let (weight, bias, next) = match spec.affine {
+                    true => (p(1)?, p(2)?, 3),
+                    false => (Arg::Pointer(0), Arg::Pointer(0), 1),
+                };
+                let args = [
+                    p(0)?,
+                    weight,
+                    bias,
+                    p(next)?,
+                    p(next + 1)?,
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.cols),
+                    Arg::F32(spec.eps),
+                ];
+                self.stride("cistern_layer_norm", spec.rows, &args)
+            }
+            Kernel::LayerNormBackward(spec) => {
+                let (weight, next) = match spec.affine {
+                    true => (p(1)?, 2),
+                    false => (Arg::Pointer(0), 1),
+                };
+                let args = [
+                    p(0)?,
+                    weight,
+                    p(next)?,
+                    p(next + 1)?,
+                    p(next + 2)?,
+                    p(next + 3)?,
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.cols),
+                ];
+                self.stride("cistern_layer_norm_backward", spec.rows, &args)
+            }
+            Kernel::BatchedGemm(spec) => self.batched_gemm(&b, spec),
+            Kernel::Dropout(spec) => {
+                let n = b.same_floats(&[0, 1])?;
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    Arg::U32(spec.seed as u32),
+                    Arg::U32((spec.seed >> 32) as u32),
+                    Arg::U32(spec.threshold),
+                    Arg::F32(spec.scale),
+                    Arg::U64(n),
+                ];
+                self.stride("cistern_dropout", n, &args)
+            }
+            Kernel::Embedding(spec) => {
+                let n = b.floats(2)?;
+                let shape = [
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.dim),
+                    Arg::U64(spec.vocab),
+                ];
+                let mut args = vec![p(0)?, p(1)?, p(2)?];
+                args.extend(shape);
+                self.stride("cistern_embedding", n, &args)
+            }
+            Kernel::EmbeddingBackward(spec) => {
+                let shape = [
+                    Arg::U64(spec.rows),
+                    Arg::U64(spec.dim),
+                    Arg::U64(spec.vocab),
+                ];
+                let mut args = vec![p(0)?, p(1)?, p(2)?];
+                args.extend(shape);
+                self.stride("cistern_embedding_backward", spec.dim, &args)
+            }
             Kernel::MseLoss => {
                 let n = b.same_floats(&[0, 1])?;
                 if n == 0 {
@@ -354,6 +458,36 @@ impl Launcher<'_> {
             slope,
         ];
         self.call(kernel, tiles, &args)
+    }
+
+    /// Each product of a batch as one GEMM launch, its operands at their
+    /// offsets (a kernel of its own would make it one).
+    fn batched_gemm(&self, b: &Bound<'_>, spec: &BatchedGemmSpec) -> Result<(), LaunchError> {
+        let gemm = &spec.gemm;
+        let (m, n, k) = (gemm.m as u64, gemm.n as u64, gemm.k as u64);
+        let (kernel, tiles) = gemm_kernel(m, n).ok_or_else(|| refused("gemm: m×n overflows"))?;
+        if tiles == 0 {
+            return Ok(());
+        }
+        let (a, bb, c) = (b.slice(0)?, b.slice(1)?, b.slice(2)?);
+        let (kind, slope) = activation_code(gemm.activation);
+        for (i, (&at_a, &at_b)) in spec.a_offsets.iter().zip(&spec.b_offsets).enumerate() {
+            let args = [
+                Arg::Pointer(a.address + 4 * at_a),
+                Arg::Pointer(bb.address + 4 * at_b),
+                Arg::Pointer(0),
+                Arg::Pointer(c.address + 4 * (i as u64) * m * n),
+                Arg::U64(m),
+                Arg::U64(n),
+                Arg::U64(k),
+                Arg::I32(i32::from(gemm.transpose_a)),
+                Arg::I32(i32::from(gemm.transpose_b)),
+                kind,
+                slope,
+            ];
+            self.call(kernel, tiles, &args)?;
+        }
+        Ok(())
     }
 
     /// One step of `args`' family as step `step` over params, grads and the

@@ -5,7 +5,10 @@
 //! element-wise, a grid too large) is refused as `UnsupportedOperation`
 //! before anything runs, and the device stays healthy.
 
-use cistern_kernels::{Activation, ClassInput, ClassLossSpec, MapOp, Reduction};
+use cistern_kernels::{
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, LayerNormSpec, MapOp,
+    Reduction, SumSpec,
+};
 use cistern_optim::{LambConfig, OptimizerConfig};
 
 use super::context::GpuContext;
@@ -63,6 +66,19 @@ const SOFTMAX_BACKWARD: Entry = entry(Module::Reduce, "softmax_rows_backward", 3
 const CLASS_LOSS_ROWS: Entry = entry(Module::Reduce, "class_loss_rows", 4);
 const CLASS_LOSS_TOTAL: Entry = entry(Module::Reduce, "class_loss_total", 4);
 const CLASS_LOSS_BACKWARD: Entry = entry(Module::Reduce, "class_loss_backward", 5);
+const LAYER_NORM: Entry = entry(Module::Reduce, "layer_norm", 5);
+const LAYER_NORM_BACKWARD: Entry = entry(Module::Reduce, "layer_norm_backward", 6);
+const EMBEDDING: Entry = entry(Module::Reduce, "embedding", 3);
+const DROPOUT: Entry = entry(Module::Reduce, "dropout", 2);
+const EMBEDDING_BACKWARD: Entry = entry(Module::Reduce, "embedding_backward", 3);
+const BROADCAST_BINARY: Entry = Entry {
+    table: true,
+    ..entry(Module::Strided, "broadcast_binary", 3)
+};
+const STRIDED_SUM: Entry = Entry {
+    table: true,
+    ..entry(Module::Strided, "strided_sum", 2)
+};
 const SEGMENT_SUM: Entry = Entry {
     table: true,
     ..entry(Module::Reduce, "segment_sum", 2)
@@ -223,7 +239,223 @@ impl GpuContext {
                 self.rows_dispatch(CLASS_LOSS_BACKWARD, &slices, Some(weight), params)
                     .map_err(refused)
             }
+            Kernel::BroadcastBinary(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                self.broadcast_binary(spec, &slices).map_err(refused)
+            }
+            Kernel::StridedSum(spec) => {
+                let slices = [b(0)?, b(1)?];
+                self.strided_sum(spec, &slices).map_err(refused)
+            }
+            Kernel::LayerNorm(spec) => {
+                let (affine, next) = match spec.affine {
+                    true => (Some([b(1)?, b(2)?]), 3),
+                    false => (None, 1),
+                };
+                let slices = [b(0)?, b(next)?, b(next + 1)?];
+                self.layer_norm(spec, slices, affine).map_err(refused)
+            }
+            Kernel::LayerNormBackward(spec) => {
+                let weight = spec.affine.then(|| b(1)).transpose()?;
+                let next = 1 + usize::from(spec.affine);
+                let rest = [b(next)?, b(next + 1)?, b(next + 2)?, b(next + 3)?];
+                self.layer_norm_backward(spec, b(0)?, weight, rest)
+                    .map_err(refused)
+            }
+            Kernel::BatchedGemm(spec) => {
+                let (a, c, out) = (b(0)?, b(1)?, b(2)?);
+                let gemm = &spec.gemm;
+                let (mk, kn) = ((gemm.m * gemm.k) as u64, (gemm.k * gemm.n) as u64);
+                let mn = (gemm.m * gemm.n) as u64;
+                let mut all = Vec::new();
+                let pairs = spec.a_offsets.iter().zip(&spec.b_offsets);
+                for (i, (&at_a, &at_b)) in pairs.enumerate() {
+                    let plan = self
+                        .gemm(
+                            gemm,
+                            &a.part(4 * at_a, 4 * mk),
+                            &c.part(4 * at_b, 4 * kn),
+                            None,
+                            &out.part(4 * i as u64 * mn, 4 * mn),
+                        )
+                        .map_err(refused)?;
+                    if let Plan::Submissions(dispatches) | Plan::Dispatches(dispatches) = plan {
+                        all.extend(dispatches);
+                    }
+                }
+                Ok(Plan::Submissions(all))
+            }
+            Kernel::Dropout(spec) => {
+                let n = elements(b(0)?);
+                if n == 0 {
+                    return Ok(Plan::Nothing);
+                }
+                let windows = vec![
+                    self.window(b(0)?).map_err(refused)?,
+                    self.window(b(1)?).map_err(refused)?,
+                ];
+                let mut params = Params::new(0, &[spec.scale]);
+                params.u[8] = spec.seed as u32;
+                params.u[9] = (spec.seed >> 32) as u32;
+                params.u[10] = spec.threshold;
+                let dispatch = self
+                    .dispatch(DROPOUT, windows, None, params, n)
+                    .map_err(refused)?;
+                Ok(Plan::Dispatches(vec![dispatch]))
+            }
+            Kernel::Embedding(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                let items = spec.outputs().unwrap_or(0);
+                self.embedding(EMBEDDING, spec, &slices, items)
+                    .map_err(refused)
+            }
+            Kernel::EmbeddingBackward(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                self.embedding(EMBEDDING_BACKWARD, spec, &slices, spec.dim)
+                    .map_err(refused)
+            }
         }
+    }
+
+    /// A layer normalisation, one invocation per row (`norm.wgsl`); zero
+    /// windows stand for the weight and bias where it is not affine.
+    fn layer_norm(
+        &self,
+        spec: &LayerNormSpec,
+        [x, y, stats]: [&GpuSlice; 3],
+        affine: Option<[&GpuSlice; 2]>,
+    ) -> Result<Plan<'static>, ServerError> {
+        let (weight, bias) = match affine {
+            Some([weight, bias]) => (self.window(weight)?, self.window(bias)?),
+            None => (self.zero_window(), self.zero_window()),
+        };
+        let windows = vec![
+            self.window(x)?,
+            weight,
+            bias,
+            self.window(y)?,
+            self.window(stats)?,
+        ];
+        let params = layer_norm_params(spec)?;
+        let dispatch = self.dispatch(LAYER_NORM, windows, None, params, spec.rows)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// Its backward: `rest` is the stats, `grad_y`, `grad_x`, `weighted`.
+    fn layer_norm_backward(
+        &self,
+        spec: &LayerNormSpec,
+        x: &GpuSlice,
+        weight: Option<&GpuSlice>,
+        rest: [&GpuSlice; 4],
+    ) -> Result<Plan<'static>, ServerError> {
+        let weight = match weight {
+            Some(weight) => self.window(weight)?,
+            None => self.zero_window(),
+        };
+        let mut windows = vec![self.window(x)?, weight];
+        for slice in rest {
+            windows.push(self.window(slice)?);
+        }
+        let params = layer_norm_params(spec)?;
+        let dispatch = self.dispatch(LAYER_NORM_BACKWARD, windows, None, params, spec.rows)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// An embedding lookup or its backward over `items` invocations.
+    fn embedding(
+        &self,
+        entry: Entry,
+        spec: &EmbeddingSpec,
+        slices: &[&GpuSlice; 3],
+        items: u64,
+    ) -> Result<Plan<'static>, ServerError> {
+        if items == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        u32_of(spec.table().unwrap_or(u64::MAX))?;
+        u32_of(spec.outputs().unwrap_or(u64::MAX))?;
+        let mut params = Params::new(0, &[]);
+        params.u[8] = u32_of(spec.rows)?;
+        params.u[9] = u32_of(spec.dim)?;
+        params.u[10] = u32_of(spec.vocab)?;
+        params.u[13] = f32::NAN.to_bits();
+        let dispatch = self.dispatch(entry, windows, None, params, items)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// A broadcast binary operation: one invocation per output element,
+    /// the shape and strides in the table (`broadcast.wgsl`).
+    fn broadcast_binary(
+        &self,
+        spec: &BroadcastSpec,
+        slices: &[&GpuSlice; 3],
+    ) -> Result<Plan<'static>, ServerError> {
+        let n = elements(slices[2]);
+        if n == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let words = [&spec.shape, &spec.a_strides, &spec.b_strides]
+            .into_iter()
+            .flatten()
+            .map(|&value| u32_of(value))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut params = Params::new(spec.op.code(), &[]);
+        params.u[8] = spec.shape.len() as u32;
+        self.table_dispatch(BROADCAST_BINARY, slices, &words, params, n)
+    }
+
+    /// A strided sum: one invocation per output element, the dimensions and
+    /// strides in the table (`broadcast.wgsl`).
+    fn strided_sum(
+        &self,
+        spec: &SumSpec,
+        slices: &[&GpuSlice; 2],
+    ) -> Result<Plan<'static>, ServerError> {
+        let n = elements(slices[1]);
+        if n == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let lists = [
+            &spec.shape,
+            &spec.strides,
+            &spec.summed,
+            &spec.summed_strides,
+        ];
+        let words = lists
+            .into_iter()
+            .flatten()
+            .map(|&value| u32_of(value))
+            .collect::<Result<Vec<_>, _>>()?;
+        let summed = u32_of(spec.summed.iter().product::<u64>())?;
+        let mut params = Params::new(0, &[spec.scale]);
+        params.u[8] = spec.shape.len() as u32;
+        params.u[9] = spec.summed.len() as u32;
+        params.u[10] = summed;
+        self.table_dispatch(STRIDED_SUM, slices, &words, params, n)
+    }
+
+    /// One dispatch of `entry` over `slices` with `words` as its table, one
+    /// invocation per item.
+    fn table_dispatch(
+        &self,
+        entry: Entry,
+        slices: &[&GpuSlice],
+        words: &[u32],
+        params: Params,
+        items: u64,
+    ) -> Result<Plan<'static>, ServerError> {
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        let table = self.table(words);
+        let dispatch = self.dispatch(entry, windows, Some(table), params, items)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
     }
 
     /// One dispatch of a row-wise `entry`, one invocation per row
@@ -288,6 +520,18 @@ fn softmax_params(rows: u64, cols: u64, log: bool) -> Result<Params, ServerError
     params.u[8] = u32_of(rows)?;
     params.u[9] = u32_of(cols)?;
     params.u[10] = if log { 4 } else { 0 };
+    Ok(params)
+}
+
+/// A layer normalisation's parameters (`norm.wgsl`); a matrix whose
+/// elements do not fit a shader's u32 is unsupported.
+fn layer_norm_params(spec: &LayerNormSpec) -> Result<Params, ServerError> {
+    u32_of(spec.elements().unwrap_or(u64::MAX))?;
+    u32_of(spec.rows.saturating_mul(2))?;
+    let mut params = Params::new(0, &[spec.eps]);
+    params.u[8] = u32_of(spec.rows)?;
+    params.u[9] = u32_of(spec.cols)?;
+    params.u[10] = u32::from(spec.affine);
     Ok(params)
 }
 

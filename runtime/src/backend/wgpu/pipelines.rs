@@ -43,11 +43,11 @@ impl Module {
             Module::Elementwise => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE],
             Module::ElementwiseVec4 => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE_VEC4],
             Module::Gemm => &[wgsl::ACTIVATION, wgsl::GEMM],
-            Module::Reduce => &[wgsl::REDUCE, wgsl::CLASSIFY],
+            Module::Reduce => &[wgsl::REDUCE, wgsl::CLASSIFY, wgsl::NORM],
             Module::Optimizer => &[wgsl::STEP, wgsl::OPTIMIZER],
             Module::OptimizerVec4 => &[wgsl::STEP, wgsl::OPTIMIZER_VEC4],
             Module::Amp => &[wgsl::AMP],
-            Module::Strided => &[wgsl::STRIDED],
+            Module::Strided => &[wgsl::STRIDED, wgsl::BROADCAST],
             Module::Map | Module::MapVec4 => &[],
         };
         let bindings = match self {

@@ -1,0 +1,401 @@
+//! Kernels that walk an output of up to [`MAX_RANK`] dimensions and read
+//! their inputs through strides: a binary operation with PyTorch's
+//! broadcasting ([`broadcast_binary`]), and a sum over strided dimensions
+//! ([`strided_sum`]), which is also a strided gather (a permutation's copy,
+//! an expansion) when it sums over no dimension.
+//!
+//! Every output element is computed by one thread in a fixed order, so the
+//! results do not depend on the thread count (the reductions included).
+
+use serde::{Deserialize, Serialize};
+
+use crate::KernelError;
+use crate::parallel::for_each_indexed;
+
+/// The most dimensions an output (or a summed set of dimensions) has.
+pub const MAX_RANK: usize = 6;
+
+/// The operation of [`broadcast_binary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    /// `a + b`.
+    Add,
+    /// `a − b`.
+    Sub,
+    /// `a ⊙ b`.
+    Mul,
+    /// `a / b`.
+    Div,
+}
+
+impl BinaryOp {
+    /// Its value at `a`, `b`.
+    pub fn apply(self, a: f32, b: f32) -> f32 {
+        match self {
+            BinaryOp::Add => a + b,
+            BinaryOp::Sub => a - b,
+            BinaryOp::Mul => a * b,
+            BinaryOp::Div => a / b,
+        }
+    }
+
+    /// Its code in the WGSL and CUDA bodies.
+    pub const fn code(self) -> u32 {
+        match self {
+            BinaryOp::Add => 0,
+            BinaryOp::Sub => 1,
+            BinaryOp::Mul => 2,
+            BinaryOp::Div => 3,
+        }
+    }
+}
+
+/// `out[i] ← a[i·a_strides] op b[i·b_strides]` over the output's
+/// dimensions `shape` (row-major): a stride is an input's step, in
+/// elements, along one output dimension (0 where it is broadcast).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BroadcastSpec {
+    /// The operation.
+    pub op: BinaryOp,
+    /// The output's dimensions.
+    pub shape: Vec<u64>,
+    /// `a`'s stride along each output dimension.
+    pub a_strides: Vec<u64>,
+    /// `b`'s stride along each output dimension.
+    pub b_strides: Vec<u64>,
+}
+
+impl BroadcastSpec {
+    /// Refuses a rank past [`MAX_RANK`] and strides that do not match the shape.
+    pub fn validate(&self) -> Result<(), KernelError> {
+        check_dims("shape", &self.shape, &[&self.a_strides, &self.b_strides])
+    }
+
+    /// The output's element count (`None` on overflow).
+    pub fn outputs(&self) -> Option<u64> {
+        count(&self.shape)
+    }
+
+    /// The elements `a` must hold to be read everywhere (`None` on overflow).
+    pub fn a_extent(&self) -> Option<u64> {
+        extent(&self.shape, &self.a_strides)
+    }
+
+    /// The elements `b` must hold to be read everywhere (`None` on overflow).
+    pub fn b_extent(&self) -> Option<u64> {
+        extent(&self.shape, &self.b_strides)
+    }
+}
+
+/// `out[i] ← scale · Σ_r x[i·strides + r·summed_strides]`: for each element
+/// `i` of the output's dimensions `shape`, the sum over every index `r` of
+/// the dimensions `summed`, in row-major order. With no summed dimension it
+/// is a strided gather (times `scale`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SumSpec {
+    /// The output's dimensions.
+    pub shape: Vec<u64>,
+    /// `x`'s stride along each output dimension.
+    pub strides: Vec<u64>,
+    /// The dimensions summed over (none: a gather).
+    pub summed: Vec<u64>,
+    /// `x`'s stride along each summed dimension.
+    pub summed_strides: Vec<u64>,
+    /// The factor applied to each sum (1 for a sum, `1/n` for a mean).
+    pub scale: f32,
+}
+
+impl SumSpec {
+    /// Refuses ranks past [`MAX_RANK`], strides that do not match their
+    /// dimensions, and a non-finite scale.
+    pub fn validate(&self) -> Result<(), KernelError> {
+        check_dims("shape", &self.shape, &[&self.strides])?;
+        check_dims("summed", &self.summed, &[&self.summed_strides])?;
+        if !self.scale.is_finite() {
+            return Err(KernelError::invalid("scale", "must be finite"));
+        }
+        Ok(())
+    }
+
+    /// The output's element count (`None` on overflow).
+    pub fn outputs(&self) -> Option<u64> {
+        count(&self.shape)
+    }
+
+    /// The elements `x` must hold to be read everywhere (`None` on overflow).
+    pub fn extent(&self) -> Option<u64> {
+        let kept = extent(&self.shape, &self.strides)?;
+        let summed = extent(&self.summed, &self.summed_strides)?;
+        match (kept, summed) {
+            (0, _) | (_, 0) => Some(0),
+            (kept, summed) => kept.checked_add(summed)?.checked_sub(1),
+        }
+    }
+}
+
+fn check_dims(name: &str, dims: &[u64], strides: &[&Vec<u64>]) -> Result<(), KernelError> {
+    if dims.len() > MAX_RANK {
+        let reason = format!("{} dimensions; at most {MAX_RANK}", dims.len());
+        return Err(KernelError::invalid(name, reason));
+    }
+    if strides.iter().any(|strides| strides.len() != dims.len()) {
+        let reason = format!("{} dimensions but strides of another rank", dims.len());
+        return Err(KernelError::invalid(name, reason));
+    }
+    Ok(())
+}
+
+fn count(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |total, &n| total.checked_mul(n))
+}
+
+/// One past the largest offset `dims` reach through `strides` (0 when
+/// some dimension is 0).
+fn extent(dims: &[u64], strides: &[u64]) -> Option<u64> {
+    if dims.contains(&0) {
+        return Some(0);
+    }
+    dims.iter()
+        .zip(strides)
+        .try_fold(1u64, |end, (&n, &stride)| {
+            end.checked_add((n - 1).checked_mul(stride)?)
+        })
+}
+
+fn usize_of(value: u64, field: &str) -> Result<usize, KernelError> {
+    usize::try_from(value).map_err(|_| KernelError::invalid(field, "does not fit in usize"))
+}
+
+fn check_extent(field: &str, extent: Option<u64>, len: usize) -> Result<(), KernelError> {
+    match extent {
+        Some(extent) if extent <= len as u64 => Ok(()),
+        Some(extent) => Err(KernelError::LengthMismatch {
+            argument: field.into(),
+            expected: usize_of(extent, field)?,
+            actual: len,
+        }),
+        None => Err(KernelError::invalid(field, "its extent overflows")),
+    }
+}
+
+/// A row-major walk over `dims` that tracks the offset of each position
+/// through one set of strides per input.
+struct Walk<'a, const N: usize> {
+    dims: &'a [u64],
+    strides: [&'a [u64]; N],
+    index: [u64; MAX_RANK],
+    offsets: [u64; N],
+}
+
+impl<'a, const N: usize> Walk<'a, N> {
+    /// The walk positioned at element `start`.
+    fn at(dims: &'a [u64], strides: [&'a [u64]; N], start: u64) -> Self {
+        let mut index = [0u64; MAX_RANK];
+        let mut offsets = [0u64; N];
+        let mut rest = start;
+        for d in (0..dims.len()).rev() {
+            let n = dims[d].max(1);
+            index[d] = rest % n;
+            rest /= n;
+            for (offset, strides) in offsets.iter_mut().zip(&strides) {
+                *offset += index[d] * strides[d];
+            }
+        }
+        Walk {
+            dims,
+            strides,
+            index,
+            offsets,
+        }
+    }
+
+    /// Moves to the next element (the last dimension fastest).
+    fn advance(&mut self) {
+        for d in (0..self.dims.len()).rev() {
+            self.index[d] += 1;
+            for (offset, strides) in self.offsets.iter_mut().zip(&self.strides) {
+                *offset += strides[d];
+            }
+            if self.index[d] < self.dims[d] {
+                return;
+            }
+            for (offset, strides) in self.offsets.iter_mut().zip(&self.strides) {
+                *offset -= self.index[d] * strides[d];
+            }
+            self.index[d] = 0;
+        }
+    }
+}
+
+/// Runs [`BroadcastSpec`] on the CPU: `out` holds the output's elements;
+/// `a` and `b` hold at least what their strides reach.
+pub fn broadcast_binary(
+    spec: &BroadcastSpec,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    spec.validate()?;
+    let outputs = spec.outputs().ok_or_else(|| overflow("shape"))?;
+    KernelError::check_len("out", usize_of(outputs, "shape")?, out.len())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    check_extent("a", spec.a_extent(), a.len())?;
+    check_extent("b", spec.b_extent(), b.len())?;
+    let strides = [spec.a_strides.as_slice(), spec.b_strides.as_slice()];
+    for_each_indexed(out, |start, piece| {
+        let mut walk = Walk::at(&spec.shape, strides, start as u64);
+        for out in piece.iter_mut() {
+            let [at_a, at_b] = walk.offsets;
+            *out = spec.op.apply(a[at_a as usize], b[at_b as usize]);
+            walk.advance();
+        }
+    });
+    Ok(())
+}
+
+/// Runs [`SumSpec`] on the CPU: `out` holds the output's elements; `x`
+/// holds at least what the strides reach.
+pub fn strided_sum(spec: &SumSpec, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    spec.validate()?;
+    let outputs = spec.outputs().ok_or_else(|| overflow("shape"))?;
+    KernelError::check_len("out", usize_of(outputs, "shape")?, out.len())?;
+    let summed = count(&spec.summed).ok_or_else(|| overflow("summed"))?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    if summed == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    check_extent("x", spec.extent(), x.len())?;
+    let strides = [spec.strides.as_slice()];
+    let summed_strides = [spec.summed_strides.as_slice()];
+    if spec.summed.is_empty() {
+        // A gather: one read per element.
+        for_each_indexed(out, |start, piece| {
+            let mut walk = Walk::at(&spec.shape, strides, start as u64);
+            for out in piece.iter_mut() {
+                *out = spec.scale * x[walk.offsets[0] as usize];
+                walk.advance();
+            }
+        });
+        return Ok(());
+    }
+    for_each_indexed(out, |start, piece| {
+        let mut walk = Walk::at(&spec.shape, strides, start as u64);
+        for out in piece.iter_mut() {
+            let [base] = walk.offsets;
+            let mut inner = Walk::at(&spec.summed, summed_strides, 0);
+            let mut total = 0.0f32;
+            for _ in 0..summed {
+                total += x[(base + inner.offsets[0]) as usize];
+                inner.advance();
+            }
+            *out = spec.scale * total;
+            walk.advance();
+        }
+    });
+    Ok(())
+}
+
+fn overflow(field: &str) -> KernelError {
+    KernelError::invalid(field, "its element count overflows")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_broadcast_over_a_matrix_adds_it_to_every_row() {
+        let spec = BroadcastSpec {
+            op: BinaryOp::Add,
+            shape: vec![2, 3],
+            a_strides: vec![3, 1],
+            b_strides: vec![0, 1],
+        };
+        let mut out = [0.0; 6];
+        broadcast_binary(&spec, &[1., 2., 3., 4., 5., 6.], &[10., 20., 30.], &mut out).unwrap();
+        assert_eq!(out, [11., 22., 33., 14., 25., 36.]);
+    }
+
+    #[test]
+    fn an_outer_broadcast_of_a_column_and_a_row_divides_every_pair() {
+        let spec = BroadcastSpec {
+            op: BinaryOp::Div,
+            shape: vec![2, 2],
+            a_strides: vec![1, 0],
+            b_strides: vec![0, 1],
+        };
+        let mut out = [0.0; 4];
+        broadcast_binary(&spec, &[1., 2.], &[4., 8.], &mut out).unwrap();
+        assert_eq!(out, [0.25, 0.125, 0.5, 0.25]);
+    }
+
+    #[test]
+    fn a_sum_over_the_leading_and_trailing_dimensions_keeps_the_middle_one() {
+        // x is [2, 3, 2]; the output keeps dimension 1.
+        let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let spec = SumSpec {
+            shape: vec![3],
+            strides: vec![2],
+            summed: vec![2, 2],
+            summed_strides: vec![6, 1],
+            scale: 0.5,
+        };
+        let mut out = [0.0; 3];
+        strided_sum(&spec, &x, &mut out).unwrap();
+        // (0+1+6+7)/2, (2+3+8+9)/2, (4+5+10+11)/2
+        assert_eq!(out, [7.0, 11.0, 15.0]);
+    }
+
+    #[test]
+    fn a_sum_over_nothing_is_a_transposing_gather() {
+        let spec = SumSpec {
+            shape: vec![3, 2],
+            strides: vec![1, 3],
+            summed: vec![],
+            summed_strides: vec![],
+            scale: 1.0,
+        };
+        let mut out = [0.0; 6];
+        strided_sum(&spec, &[1., 2., 3., 4., 5., 6.], &mut out).unwrap();
+        assert_eq!(out, [1., 4., 2., 5., 3., 6.]);
+    }
+
+    #[test]
+    fn strides_reaching_past_an_input_or_a_rank_past_six_are_refused() {
+        let mut spec = BroadcastSpec {
+            op: BinaryOp::Mul,
+            shape: vec![2, 3],
+            a_strides: vec![3, 1],
+            b_strides: vec![3, 1],
+        };
+        let mut out = [0.0; 6];
+        assert!(broadcast_binary(&spec, &[0.0; 6], &[0.0; 5], &mut out).is_err());
+        spec.shape = vec![1; 7];
+        spec.a_strides = vec![0; 7];
+        spec.b_strides = vec![0; 7];
+        assert!(broadcast_binary(&spec, &[0.0], &[0.0], &mut [0.0]).is_err());
+    }
+
+    #[test]
+    fn a_long_walk_split_into_pieces_matches_the_index_arithmetic() {
+        let (rows, cols) = (300usize, 257usize);
+        let spec = BroadcastSpec {
+            op: BinaryOp::Sub,
+            shape: vec![rows as u64, cols as u64],
+            a_strides: vec![cols as u64, 1],
+            b_strides: vec![1, 0],
+        };
+        let a: Vec<f32> = (0..rows * cols).map(|v| v as f32).collect();
+        let b: Vec<f32> = (0..rows).map(|v| v as f32 * 0.5).collect();
+        let mut out = vec![0.0; rows * cols];
+        broadcast_binary(&spec, &a, &b, &mut out).unwrap();
+        for (i, value) in out.iter().enumerate() {
+            assert_eq!(*value, a[i] - b[i / cols]);
+        }
+    }
+}

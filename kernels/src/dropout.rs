@@ -1,0 +1,139 @@
+//! Dropout from a counter-based generator: element `i` of a launch is kept
+//! when a hash of `(seed, i)` clears a threshold, so the same seed gives
+//! the same mask on every backend and the mask is never stored (backward
+//! runs the same kernel over the output's gradient). The hash is
+//! `lowbias32` (Chris Wellons), in 32-bit integer arithmetic that the CPU,
+//! WGSL and CUDA bodies share bit for bit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::KernelError;
+
+/// One in 2^24: the resolution of a dropout probability.
+const RESOLUTION: f64 = (1u32 << 24) as f64;
+
+/// A dropout's seed, threshold and scale.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DropoutSpec {
+    /// The generator's key.
+    pub seed: u64,
+    /// An element is dropped when the top 24 bits of its hash are below this.
+    pub threshold: u32,
+    /// The factor a kept element is multiplied by: `1/(1 − p)` (0 for `p = 1`).
+    pub scale: f32,
+}
+
+impl DropoutSpec {
+    /// Dropout with probability `p` (in `[0, 1]`) under `seed`.
+    pub fn new(p: f32, seed: u64) -> Result<Self, KernelError> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(KernelError::invalid(
+                "p",
+                format!("{p} is not a probability"),
+            ));
+        }
+        let threshold = (f64::from(p) * RESOLUTION).round() as u32;
+        let scale = if p < 1.0 {
+            (1.0 / (1.0 - f64::from(p))) as f32
+        } else {
+            0.0
+        };
+        Ok(DropoutSpec {
+            seed,
+            threshold,
+            scale,
+        })
+    }
+
+    /// Refuses a threshold past 2^24 and a non-finite scale.
+    pub fn validate(&self) -> Result<(), KernelError> {
+        if f64::from(self.threshold) > RESOLUTION {
+            return Err(KernelError::invalid("threshold", "past 2^24"));
+        }
+        if !self.scale.is_finite() {
+            return Err(KernelError::invalid("scale", "must be finite"));
+        }
+        Ok(())
+    }
+
+    /// Whether element `i` is kept.
+    pub fn keeps(&self, i: u32) -> bool {
+        (hash(self.seed, i) >> 8) >= self.threshold
+    }
+}
+
+/// `lowbias32`: a 32-bit integer mix with low bias.
+pub fn mix(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^= x >> 16;
+    x
+}
+
+/// The hash of element `i` under `seed`.
+pub fn hash(seed: u64, i: u32) -> u32 {
+    let key = mix(seed as u32 ^ mix((seed >> 32) as u32));
+    mix(i ^ key)
+}
+
+/// `out[i] ← keep(i) ? x[i]·scale : 0` over as many elements as `x`.
+pub fn dropout(spec: &DropoutSpec, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    spec.validate()?;
+    KernelError::check_len("out", x.len(), out.len())?;
+    if u32::try_from(x.len()).is_err() {
+        return Err(KernelError::invalid("x", "more than 2^32 elements"));
+    }
+    for (i, (out, &v)) in out.iter_mut().zip(x).enumerate() {
+        *out = if spec.keeps(i as u32) {
+            v * spec.scale
+        } else {
+            0.0
+        };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mask_keeps_about_one_minus_p_and_depends_on_the_seed() {
+        let spec = DropoutSpec::new(0.25, 7).unwrap();
+        let x = vec![1.0f32; 100_000];
+        let mut out = vec![0.0; x.len()];
+        dropout(&spec, &x, &mut out).unwrap();
+        let kept = out.iter().filter(|&&v| v != 0.0).count() as f64 / x.len() as f64;
+        assert!((kept - 0.75).abs() < 0.01, "{kept}");
+        assert!(
+            out.iter()
+                .all(|&v| v == 0.0 || (v - 4.0 / 3.0).abs() < 1e-6)
+        );
+        let other = DropoutSpec::new(0.25, 8).unwrap();
+        let differ = (0..1000)
+            .filter(|&i| spec.keeps(i) != other.keeps(i))
+            .count();
+        assert!(differ > 200, "{differ}");
+    }
+
+    #[test]
+    fn p_zero_keeps_everything_and_p_one_drops_everything() {
+        let x = [1.0, -2.0, 3.0];
+        let mut out = [9.0; 3];
+        dropout(&DropoutSpec::new(0.0, 1).unwrap(), &x, &mut out).unwrap();
+        assert_eq!(out, x);
+        dropout(&DropoutSpec::new(1.0, 1).unwrap(), &x, &mut out).unwrap();
+        assert_eq!(out, [0.0; 3]);
+        assert!(DropoutSpec::new(1.5, 1).is_err());
+    }
+
+    #[test]
+    fn the_hash_is_pinned_so_every_backend_can_match_it() {
+        // Golden values, computed independently (Python, 32-bit wrapping).
+        assert_eq!(mix(0), 0);
+        assert_eq!(mix(1), 0x6889_90c0);
+        assert_eq!(mix(0xdead_beef), 0xe628_c683);
+    }
+}
