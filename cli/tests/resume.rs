@@ -15,7 +15,7 @@ use cistern::memory::SplitMix64;
 use serde_json::Value;
 
 mod cli;
-use cli::{cistern, text};
+use cli::{cistern, tensors, text};
 
 /// Kills per run, each after a seeded number of checkpoints.
 const KILLS: usize = 4;
@@ -141,20 +141,6 @@ fn has_partial(dir: &Path) -> bool {
             .flatten()
             .any(|e| e.file_name().to_string_lossy().ends_with(".partial"))
     })
-}
-
-/// Every tensor of a saved model, by name, as raw bytes.
-fn tensors(file: &Path) -> Vec<(String, Vec<u8>)> {
-    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let tensors = safetensors::SafeTensors::deserialize(&bytes)
-        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-    let mut out: Vec<(String, Vec<u8>)> = tensors
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| (name, view.data().to_vec()))
-        .collect();
-    out.sort();
-    out
 }
 
 /// Kills a checkpointing run `KILLS` times at seeded moments, resuming

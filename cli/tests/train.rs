@@ -410,21 +410,6 @@ mod mpi {
         }
     }
 
-    /// Every tensor of a saved model, as raw bytes, by name.
-    fn tensors(file: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-        let bytes = std::fs::read(file).unwrap_or_default();
-        let Ok(tensors) = safetensors::SafeTensors::deserialize(&bytes) else {
-            panic!("{} is not a saved model", file.display());
-        };
-        let mut out: Vec<(String, Vec<u8>)> = tensors
-            .tensors()
-            .into_iter()
-            .map(|(name, view)| (name, view.data().to_vec()))
-            .collect();
-        out.sort();
-        out
-    }
-
     #[test]
     fn two_ranks_resumed_from_a_checkpoint_end_as_the_run_that_never_stopped() {
         let dir = scratch("mpi-checkpoints");
@@ -476,7 +461,7 @@ mod mpi {
         let resume: Vec<&Value> = lines.iter().filter(|l| l["event"] == "resume").collect();
         assert_eq!(resume.len(), 1, "rank 0 alone says where it resumed");
         assert_eq!(resume[0]["step"], 20);
-        assert_eq!(tensors(&resumed), tensors(&whole));
+        assert_eq!(cli::tensors(&resumed), cli::tensors(&whole));
     }
 
     #[test]

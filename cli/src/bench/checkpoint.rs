@@ -20,7 +20,7 @@ use cistern_runtime::{Device, DeviceOptions};
 
 use super::optim::{median, print_line};
 use super::tape::tensor;
-use super::train_step::{BATCH, LAYERS, adam_step, parameters};
+use super::train_step::{BATCH, LAYERS, adam_step, bench_mlp};
 
 const SAVE_SAMPLES: usize = 7;
 const ROUNDS: usize = 3;
@@ -126,12 +126,7 @@ fn write_and_sync(path: &PathBuf, bytes: usize) -> Result<f64, String> {
 
 /// The `loop` line.
 fn training_loop(dir: &Path) -> Result<(), String> {
-    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(1 << 30))
-        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
-    let mut rng = SplitMix64::new(0x7A9F);
-    let params = parameters(&mut rng)?;
-    let x = tensor(&mut rng, &[BATCH, LAYERS[0]], 1.0)?;
-    let y = tensor(&mut rng, &[BATCH, LAYERS[3]], 1.0)?;
+    let (client, params, x, y) = bench_mlp()?;
     let refs: Vec<&Tensor<f32>> = params.iter().collect();
     let mut store = DeviceParamStore::new(&Tape::new(&client), &refs).map_err(failed("store"))?;
     let checkpoints = CheckpointDir::create(dir.join("loop"), 2).map_err(|e| e.to_string())?;

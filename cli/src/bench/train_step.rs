@@ -28,12 +28,7 @@ const SAMPLES: usize = 15;
 
 /// Runs both paths, in turns, and prints one JSON line for each.
 pub fn run() -> Result<(), String> {
-    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(1 << 30))
-        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
-    let mut rng = SplitMix64::new(0x7A9F);
-    let params = parameters(&mut rng)?;
-    let x = tensor(&mut rng, &[BATCH, LAYERS[0]], 1.0)?;
-    let y = tensor(&mut rng, &[BATCH, LAYERS[3]], 1.0)?;
+    let (client, params, x, y) = bench_mlp()?;
     let refs: Vec<&Tensor<f32>> = params.iter().collect();
     let tape = Tape::new(&client);
     let failed = |e: cistern_client::BackendError| format!("store: {e}");
@@ -188,6 +183,20 @@ pub(super) fn adam_step(
     let value = loss.item().map_err(autodiff)?;
     drop((loss, gradients, leaves, h, target));
     Ok((value, tape))
+}
+
+/// `cpu:0` (1 GiB), the MLP's parameters and a batch of random data.
+pub(super) type BenchMlp = (ComputeClient, Vec<Tensor<f32>>, Tensor<f32>, Tensor<f32>);
+
+/// The bench MLP on `cpu:0`: its client, parameters, inputs and targets.
+pub(super) fn bench_mlp() -> Result<BenchMlp, String> {
+    let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(1 << 30))
+        .map_err(|e| format!("cannot open cpu:0: {e}"))?;
+    let mut rng = SplitMix64::new(0x7A9F);
+    let params = parameters(&mut rng)?;
+    let x = tensor(&mut rng, &[BATCH, LAYERS[0]], 1.0)?;
+    let y = tensor(&mut rng, &[BATCH, LAYERS[3]], 1.0)?;
+    Ok((client, params, x, y))
 }
 
 pub(super) fn activation(index: usize) -> Activation {

@@ -24,3 +24,19 @@ pub fn cistern_with_env(args: &[&str], vars: &[(&str, &str)]) -> Output {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// Every tensor of a saved model (safetensors), by name, as raw bytes.
+// Not every test file that shares this module compares saved models.
+#[allow(dead_code)]
+pub fn tensors(file: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let tensors = safetensors::SafeTensors::deserialize(&bytes)
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let mut out: Vec<(String, Vec<u8>)> = tensors
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    out.sort();
+    out
+}

@@ -140,6 +140,15 @@ fn reading_the_loss_of_a_trapped_chain_step_latches_the_store() {
     );
 }
 
+/// Another user of `client`'s device runs a launch that traps (the
+/// device's plan traps its first launch) and sees the poison.
+fn trap_the_device(client: &ComputeClient) {
+    let scratch = ok(client.reserve(64), "scratch");
+    let fill = KernelLaunch::fill(scratch.whole(), 1.0);
+    ok(client.launch(client.default_stream(), fill), "launch");
+    assert!(client.sync(client.default_stream()).is_err(), "the trap");
+}
+
 #[test]
 fn a_prediction_after_an_invalidate_is_stale_device_generation() {
     let client = open_with(
@@ -149,15 +158,7 @@ fn a_prediction_after_an_invalidate_is_stale_device_generation() {
     let model = model(0xE4);
     let store = store(&client, &model);
     // Another user of the device traps it and recovers it.
-    let scratch = ok(client.reserve(64), "scratch");
-    ok(
-        client.launch(
-            client.default_stream(),
-            KernelLaunch::fill(scratch.whole(), 1.0),
-        ),
-        "launch",
-    );
-    assert!(client.sync(client.default_stream()).is_err(), "the trap");
+    trap_the_device(&client);
     ok(client.invalidate(0), "invalidate");
     let stale = predict(&store, &client, &model);
     assert!(
@@ -198,15 +199,7 @@ fn an_unrecoverable_device_is_seen_through_the_store() {
     );
     let model = model(0xE6);
     let store = store(&client, &model);
-    let scratch = ok(client.reserve(64), "scratch");
-    ok(
-        client.launch(
-            client.default_stream(),
-            KernelLaunch::fill(scratch.whole(), 1.0),
-        ),
-        "launch",
-    );
-    assert!(client.sync(client.default_stream()).is_err(), "the trap");
+    trap_the_device(&client);
     let _ = client.invalidate(0);
     let seen = store.sync_to_host().map(|_| ());
     assert!(
