@@ -518,3 +518,39 @@ pub fn narrow_split_and_cat_on_the_tape_match_finite_differences(device: Device)
         },
     );
 }
+
+pub fn softmax_over_any_dimension_matches_finite_differences(device: Device) {
+    for log in [false, true] {
+        check_tape(
+            device,
+            if log {
+                "log_softmax dim 1"
+            } else {
+                "softmax dim 1"
+            },
+            &[&[2, 3, 4]],
+            &[],
+            |tape, v| match log {
+                true => tape.log_softmax_dim(&v[0], 1),
+                false => tape.softmax_dim(&v[0], -2),
+            },
+            |x| {
+                // Over dimension 1 of [2, 3, 4]: move it last, normalise, move back.
+                let moved: Vec<f64> = (0..2)
+                    .flat_map(|i| (0..4).flat_map(move |k| (0..3).map(move |j| (i, j, k))))
+                    .map(|(i, j, k)| x[0][(i * 3 + j) * 4 + k])
+                    .collect();
+                let done = softmax_reference(&moved, 3, log);
+                let mut out = vec![0.0; 24];
+                for i in 0..2 {
+                    for k in 0..4 {
+                        for j in 0..3 {
+                            out[(i * 3 + j) * 4 + k] = done[(i * 4 + k) * 3 + j];
+                        }
+                    }
+                }
+                out
+            },
+        );
+    }
+}

@@ -1,4 +1,4 @@
-//! `narrow`, `split` and `cat`. Along the first dimension a slice of a
+//! `narrow`, `split` and `cat`, and softmax over any dimension. Along the first dimension a slice of a
 //! contiguous tensor is a contiguous range: `narrow` is then a view of its
 //! input's buffer (no copy) and `cat` a copy of each input into its range
 //! of the output. Along another dimension each is composed with
@@ -214,5 +214,44 @@ impl Tape {
             at += size;
         }
         Ok(out)
+    }
+}
+
+impl Tape {
+    /// `softmax(input, dim)` over any dimension (negative from the end):
+    /// over the last one, [`softmax`](Tape::softmax); over another, a
+    /// `permute` bringing it last, the softmax and a `permute` back.
+    pub fn softmax_dim(&self, input: &Var<'_>, dim: isize) -> Result<Var<'_>, AutodiffError> {
+        self.over_last(input, dim, |tape, x| tape.softmax(x))
+    }
+
+    /// `log_softmax(input, dim)` over any dimension, as
+    /// [`softmax_dim`](Tape::softmax_dim).
+    pub fn log_softmax_dim(&self, input: &Var<'_>, dim: isize) -> Result<Var<'_>, AutodiffError> {
+        self.over_last(input, dim, |tape, x| tape.log_softmax(x))
+    }
+
+    /// `f` applied over dimension `dim` of `input` by moving it last and back.
+    fn over_last<'t>(
+        &'t self,
+        input: &Var<'_>,
+        dim: isize,
+        f: impl FnOnce(&'t Tape, &Var<'t>) -> Result<Var<'t>, AutodiffError>,
+    ) -> Result<Var<'t>, AutodiffError> {
+        let rank = self.operand(input)?.shape.len();
+        let d = axis("softmax", dim, rank)?;
+        let input = Var::new(self, self.index_of(input)?);
+        if d + 1 == rank {
+            return f(self, &input);
+        }
+        let mut order: Vec<isize> = (0..rank as isize).filter(|&i| i != d as isize).collect();
+        order.push(d as isize);
+        let mut back = vec![0isize; rank];
+        for (i, &o) in order.iter().enumerate() {
+            back[o as usize] = i as isize;
+        }
+        let moved = self.permute(&input, &order)?;
+        let done = f(self, &moved)?;
+        self.permute(&done, &back)
     }
 }
