@@ -145,7 +145,7 @@ impl Tape {
             input: input.index,
             start: start * inner,
         };
-        Ok(self.record(view, shape, op))
+        Ok(self.record_view(view, shape, op, input.index))
     }
 
     /// The inputs one after another along the first dimension.
