@@ -1,7 +1,7 @@
 """The PyTorch peer of `cargo run --release -p cistern-cli --example
 vit_digits`: the same vision transformer on the 8x8 digits (smartcore's
-copy, pixels / 16, each image a zero row then its 8 rows of 8 pixels: the
-class token is the zero row's embedding), 2 pre-norm blocks (d 64, 4
+copy, pixels / 16, each image its 8 rows of 8 pixels; a learned class
+token put first), 2 pre-norm blocks (d 64, 4
 heads with separate q, k, v projections, GELU MLP 128, dropout 0.1), a
 layer norm and a linear head on the class token; AdamW lr 1e-3, weight
 decay 0.05, batch 64, 2 threads, eager. Prints one JSON line: the mean
@@ -27,7 +27,7 @@ def digits():
     features, samples = struct.unpack_from("<QQ", raw)
     x = torch.tensor(struct.unpack_from(f"<{features * samples}f", raw, 16)).reshape(samples, 8, 8)
     y = torch.tensor(struct.unpack_from(f"<{samples}f", raw, 16 + 4 * features * samples)).long()
-    x = torch.cat([torch.zeros(samples, 1, 8), x / 16], dim=1)
+    x = x / 16
     order = list(range(samples))
     random.Random(0).shuffle(order)
     split = samples * 4 // 5
@@ -57,12 +57,14 @@ class ViT(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.patch = torch.nn.Linear(8, D)
+        self.cls = torch.nn.Parameter(torch.empty(1, 1, D).uniform_(-0.02, 0.02))
         self.position = torch.nn.Parameter(torch.empty(TOKENS, D).uniform_(-0.02, 0.02))
         self.blocks = torch.nn.Sequential(*(Block() for _ in range(BLOCKS)))
         self.norm, self.head = torch.nn.LayerNorm(D), torch.nn.Linear(D, 10)
 
     def forward(self, x):
-        x = self.blocks(self.patch(x) + self.position)
+        x = torch.cat([self.cls.expand(x.shape[0], 1, D), self.patch(x)], dim=1)
+        x = self.blocks(x + self.position)
         return self.head(self.norm(x)[:, 0])
 
 

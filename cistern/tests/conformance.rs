@@ -139,6 +139,8 @@ conformance_tests! {
     layers::every_registered_parameter_in_any_operation_gets_its_gradient_staged,
     layers::dropout_masks_match_the_cpu_bit_for_bit_and_backward_reuses_them,
     layers::attention_on_the_tape_matches_finite_differences,
+    layers::narrow_split_and_cat_on_the_tape_match_finite_differences,
+    layers::softmax_over_any_dimension_matches_finite_differences,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

@@ -6,10 +6,8 @@
 //! token. `cargo run --release -p cistern-cli --example vit_digits --
 //! [--epochs N] [--device cpu:0|wgpu:0]`.
 //!
-//! The class token is the sequence's first position, fed a zero row: its
-//! embedding is the patch bias plus its learned position embedding (the
-//! tape has no `cat` yet). The head reads it through a one-hot matmul (no
-//! `narrow` yet).
+//! The class token is a learned `[1, 1, 64]` parameter broadcast over the
+//! batch and put first (`cat`); the head reads it back with `narrow`.
 
 use std::time::Instant;
 
@@ -20,7 +18,8 @@ use cistern::memory::SplitMix64;
 use cistern::optim::AdamWConfig;
 use cistern::runtime::{Device, DeviceOptions};
 
-const TOKENS: usize = 9;
+const ROWS: usize = 8;
+const TOKENS: usize = ROWS + 1;
 const PIXELS: usize = 8;
 const D: usize = 64;
 const HEADS: usize = 4;
@@ -48,6 +47,7 @@ fn parameters(rng: &mut SplitMix64) -> Result<Vec<Tensor<f32>>, Error> {
         params.push(weight(rng, &[fan_out], bound));
     };
     linear(rng, PIXELS, D, &mut params);
+    params.push(weight(rng, &[1, 1, D], 0.02));
     params.push(weight(rng, &[TOKENS, D], 0.02));
     for _ in 0..BLOCKS {
         params.push(Tensor::full([D], 1.0));
@@ -111,17 +111,19 @@ fn merge_heads<'t>(tape: &'t Tape, x: &Var<'t>, b: usize) -> Result<Var<'t>, Aut
     tape.reshape(&x, &[b as isize, TOKENS as isize, D as isize])
 }
 
-/// The logits `[B, 10]` of `images` (`[B, 9, 8]`, the first row zeros).
+/// The logits `[B, 10]` of `images` (`[B, 8, 8]`); `zeros` is `[B, 1, 64]`.
 fn forward<'t>(
     tape: &'t Tape,
     params: &[Var<'t>],
     images: &Var<'t>,
-    selector: &Var<'t>,
+    zeros: &Var<'t>,
     dropout: &mut Dropout,
 ) -> Result<Var<'t>, AutodiffError> {
     let b = images.shape()[0];
     let mut p = params.iter();
-    let mut x = dense(tape, images, &mut p)?;
+    let patches = dense(tape, images, &mut p)?;
+    let class = tape.add(zeros, &next(&mut p)?)?;
+    let mut x = tape.cat(&[&class, &patches], 1)?;
     x = tape.add(&x, &next(&mut p)?)?;
     for _ in 0..BLOCKS {
         let (g, beta) = (next(&mut p)?, next(&mut p)?);
@@ -140,14 +142,12 @@ fn forward<'t>(
     }
     let (g, beta) = (next(&mut p)?, next(&mut p)?);
     let x = tape.layer_norm(&x, &[D], Some(&g), Some(&beta), 1e-5)?;
-    // The class token: [B, 9, 64] → [9, B·64], then the one-hot row 0.
-    let x = tape.reshape(&tape.permute(&x, &[1, 0, 2])?, &[TOKENS as isize, -1])?;
-    let token = tape.reshape(&tape.matmul(selector, &x)?, &[b as isize, D as isize])?;
+    let token = tape.reshape(&tape.narrow(&x, 1, 0, 1)?, &[b as isize, D as isize])?;
     dense(tape, &token, &mut p)
 }
 
-/// The digits, scaled to [0, 1], each image as 9 rows (a zero row, then
-/// its 8 rows), split 80/20 by a seeded shuffle.
+/// The digits, scaled to [0, 1], each image as its 8 rows of 8 pixels,
+/// split 80/20 by a seeded shuffle.
 struct Digits {
     train: (Vec<f32>, Vec<usize>),
     validation: (Vec<f32>, Vec<usize>),
@@ -162,10 +162,9 @@ fn digits(rng: &mut SplitMix64) -> Digits {
     }
     let split = n * 4 / 5;
     let take = |indices: &[usize]| {
-        let mut images = Vec::with_capacity(indices.len() * TOKENS * PIXELS);
+        let mut images = Vec::with_capacity(indices.len() * ROWS * PIXELS);
         let mut labels = Vec::with_capacity(indices.len());
         for &i in indices {
-            images.extend([0.0; PIXELS]);
             images.extend(data.data[i * 64..(i + 1) * 64].iter().map(|&v| v / 16.0));
             labels.push(data.target[i].max(0.0) as usize);
         }
@@ -177,11 +176,9 @@ fn digits(rng: &mut SplitMix64) -> Digits {
     }
 }
 
-/// `[1, 9]`: 1 at the class token.
-fn one_hot_first() -> Result<Tensor<f32>, Error> {
-    let mut row = vec![0.0; TOKENS];
-    row[0] = 1.0;
-    Ok(Tensor::new([1, TOKENS], row)?)
+/// `[b, 1, 64]` zeros, over which the class token is broadcast.
+fn zeros(b: usize) -> Result<Tensor<f32>, Error> {
+    Ok(Tensor::full([b, 1, D], 0.0)?)
 }
 
 /// Accuracy of the store's parameters on `images`/`labels`, no dropout.
@@ -191,14 +188,14 @@ fn accuracy(
     (images, labels): &(Vec<f32>, Vec<usize>),
 ) -> Result<f64, Error> {
     let mut correct = 0;
-    for (chunk, chunk_labels) in images.chunks(256 * TOKENS * PIXELS).zip(labels.chunks(256)) {
+    for (chunk, chunk_labels) in images.chunks(256 * ROWS * PIXELS).zip(labels.chunks(256)) {
         let b = chunk_labels.len();
         let tape = Tape::new(client);
         let leaves = store.snapshot_resident_params(&tape)?;
         let params: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
-        let x = tape.upload(&Tensor::new([b, TOKENS, PIXELS], chunk.to_vec())?)?;
-        let selector = tape.upload(&one_hot_first()?)?;
-        let logits = forward(&tape, &params, &x, &selector, &mut Dropout { seed: None })?;
+        let x = tape.upload(&Tensor::new([b, ROWS, PIXELS], chunk.to_vec())?)?;
+        let zeros = tape.upload(&zeros(b)?)?;
+        let logits = forward(&tape, &params, &x, &zeros, &mut Dropout { seed: None })?;
         let logits = logits.to_host()?;
         for (row, &label) in logits.data().chunks(CLASSES).zip(chunk_labels) {
             let best = (0..CLASSES)
@@ -261,20 +258,20 @@ fn main() -> Result<(), Error> {
         }
         let mut total = 0.0;
         for batch in order.chunks(BATCH) {
-            let mut x = Vec::with_capacity(batch.len() * TOKENS * PIXELS);
+            let mut x = Vec::with_capacity(batch.len() * ROWS * PIXELS);
             let mut y = Vec::with_capacity(batch.len());
             for &i in batch {
-                x.extend_from_slice(&images[i * TOKENS * PIXELS..(i + 1) * TOKENS * PIXELS]);
+                x.extend_from_slice(&images[i * ROWS * PIXELS..(i + 1) * ROWS * PIXELS]);
                 y.push(labels[i] as i64);
             }
             let tape = Tape::new(&client);
             let leaves = store.register_resident_params(&tape)?;
             let p: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
-            let input = tape.upload(&Tensor::new([batch.len(), TOKENS, PIXELS], x)?)?;
-            let selector = tape.upload(&one_hot_first()?)?;
+            let input = tape.upload(&Tensor::new([batch.len(), ROWS, PIXELS], x)?)?;
+            let zeros = tape.upload(&zeros(batch.len())?)?;
             seed += 1 << 20;
             let mut dropout = Dropout { seed: Some(seed) };
-            let logits = forward(&tape, &p, &input, &selector, &mut dropout)?;
+            let logits = forward(&tape, &p, &input, &zeros, &mut dropout)?;
             let targets = tape.class_targets(&y)?;
             let loss = tape.cross_entropy(&logits, &targets, &CrossEntropyOptions::default())?;
             let gradients = store.backward(&tape, &loss)?;

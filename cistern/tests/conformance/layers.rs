@@ -435,3 +435,122 @@ pub fn attention_on_the_tape_matches_finite_differences(device: Device) {
         |x| attention_reference((&x[0], &x[1], &x[2]), (2, 4, 4, 4, 4), None, true),
     );
 }
+
+/// `x` (`[a, b, c]`, row-major) narrowed to `start..start + length` of `dim`.
+fn narrow_reference(
+    x: &[f64],
+    shape: [usize; 3],
+    dim: usize,
+    start: usize,
+    length: usize,
+) -> Vec<f64> {
+    let mut out = Vec::new();
+    for i in 0..shape[0] {
+        for j in 0..shape[1] {
+            for k in 0..shape[2] {
+                let index = [i, j, k][dim];
+                if index >= start && index < start + length {
+                    out.push(x[(i * shape[1] + j) * shape[2] + k]);
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn narrow_split_and_cat_on_the_tape_match_finite_differences(device: Device) {
+    let shape = [3, 4, 5];
+    for (dim, start, length) in [(0usize, 1usize, 2usize), (1, 1, 3), (2, 4, 1)] {
+        check_tape(
+            device,
+            &format!("narrow dim {dim} from {start} for {length}"),
+            &[&shape],
+            &[],
+            |tape, v| {
+                let part = tape.narrow(&v[0], dim as isize, start, length)?;
+                tape.mul(&part, &part)
+            },
+            |x| {
+                let part = narrow_reference(&x[0], shape, dim, start, length);
+                part.iter().map(|v| v * v).collect()
+            },
+        );
+    }
+    check_tape(
+        device,
+        "split the last dimension, the pieces reordered by cat",
+        &[&shape],
+        &[],
+        |tape, v| {
+            let pieces = tape.split(&v[0], 2, -1)?;
+            let refs: Vec<&Var<'_>> = pieces.iter().rev().collect();
+            tape.cat(&refs, -1)
+        },
+        |x| {
+            let mut out = Vec::new();
+            for row in x[0].chunks(5) {
+                out.extend([row[4], row[2], row[3], row[0], row[1]]);
+            }
+            out
+        },
+    );
+    check_tape(
+        device,
+        "cat along the first dimension, one input twice",
+        &[&[2, 3], &[1, 3]],
+        &[],
+        |tape, v| tape.cat(&[&v[0], &v[1], &v[0]], 0),
+        |x| [x[0].clone(), x[1].clone(), x[0].clone()].concat(),
+    );
+    check_tape(
+        device,
+        "cat along the middle dimension",
+        &[&[2, 1, 3], &[2, 2, 3]],
+        &[],
+        |tape, v| tape.cat(&[&v[0], &v[1]], 1),
+        |x| {
+            let mut out = Vec::new();
+            for i in 0..2 {
+                out.extend_from_slice(&x[0][i * 3..(i + 1) * 3]);
+                out.extend_from_slice(&x[1][i * 6..(i + 1) * 6]);
+            }
+            out
+        },
+    );
+}
+
+pub fn softmax_over_any_dimension_matches_finite_differences(device: Device) {
+    for log in [false, true] {
+        check_tape(
+            device,
+            if log {
+                "log_softmax dim 1"
+            } else {
+                "softmax dim 1"
+            },
+            &[&[2, 3, 4]],
+            &[],
+            |tape, v| match log {
+                true => tape.log_softmax_dim(&v[0], 1),
+                false => tape.softmax_dim(&v[0], -2),
+            },
+            |x| {
+                // Over dimension 1 of [2, 3, 4]: move it last, normalise, move back.
+                let moved: Vec<f64> = (0..2)
+                    .flat_map(|i| (0..4).flat_map(move |k| (0..3).map(move |j| (i, j, k))))
+                    .map(|(i, j, k)| x[0][(i * 3 + j) * 4 + k])
+                    .collect();
+                let done = softmax_reference(&moved, 3, log);
+                let mut out = vec![0.0; 24];
+                for i in 0..2 {
+                    for k in 0..4 {
+                        for j in 0..3 {
+                            out[(i * 3 + j) * 4 + k] = done[(i * 4 + k) * 3 + j];
+                        }
+                    }
+                }
+                out
+            },
+        );
+    }
+}

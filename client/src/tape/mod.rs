@@ -8,6 +8,7 @@
 mod attention;
 mod backward;
 mod classify;
+mod concat;
 mod gradients;
 mod layers;
 mod matmul;

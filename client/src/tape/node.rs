@@ -114,6 +114,10 @@ pub(super) enum Op {
         bias: Option<VarIndex>,
         record: Box<LayerNormRecord>,
     },
+    /// Rows of `input`'s first dimension from element `start`: a view.
+    Narrow { input: VarIndex, start: usize },
+    /// `inputs` one after another along the first dimension.
+    Cat { inputs: Vec<VarIndex> },
     /// Dropout under a seeded counter-based mask (regenerated in backward).
     Dropout { input: VarIndex, spec: DropoutSpec },
     /// Rows of the table `weight` gathered by index.
@@ -155,7 +159,8 @@ impl Op {
                 ..
             } => std::iter::once(input).chain(weight).chain(bias).collect(),
             Op::Embedding { weight, .. } => vec![weight],
-            Op::Dropout { input, .. } => vec![input],
+            Op::Dropout { input, .. } | Op::Narrow { input, .. } => vec![input],
+            Op::Cat { ref inputs } => inputs.clone(),
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

@@ -160,6 +160,16 @@ impl Tape {
                 let inputs = (input, weight, bias);
                 out.extend(self.layer_norm_gradients(inputs, &record, grad, reached, sinks)?);
             }
+            Op::Narrow { input, start } => {
+                if reached(&input) {
+                    let g = self.narrow_gradient(input, start, grad, len)?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
+            Op::Cat { inputs } => {
+                let reached = |input: VarIndex| reached(&input);
+                out.extend(self.cat_gradients(&inputs, grad, len, reached)?);
+            }
             Op::Dropout { input, spec } => {
                 if reached(&input) {
                     let g = self.dropout_gradient(input, spec, grad, len, sinks)?;

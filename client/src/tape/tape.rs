@@ -201,6 +201,24 @@ impl Tape {
         self.push(value, shape, tracked, op)
     }
 
+    /// Records a view of value `input` (its buffer or a range of it) made
+    /// by `op`: a store parameter's view stays readable through its store
+    /// only, as the parameter.
+    pub(super) fn record_view(
+        &self,
+        value: Buffer,
+        shape: Vec<usize>,
+        op: Op,
+        input: VarIndex,
+    ) -> Var<'_> {
+        let mark = self.resident_mark(input);
+        let var = self.record(value, shape, op);
+        if let Some(node) = self.nodes.borrow_mut().last_mut() {
+            node.resident = mark;
+        }
+        var
+    }
+
     /// Records a detached copy of value `index`: the same buffer, untracked.
     pub(super) fn detached(&self, index: VarIndex) -> Var<'_> {
         let (value, shape, mark) = self.with_node(index, |node| {

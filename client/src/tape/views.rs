@@ -83,7 +83,7 @@ impl Tape {
         let len = checked_len(&input.shape)?;
         let shape = infer_shape(&input.shape, len, shape)?;
         let op = Op::Reshape { input: input.index };
-        Ok(self.record(input.value, shape, op))
+        Ok(self.record_view(input.value, shape, op, input.index))
     }
 
     /// `input` with its dimensions reordered, as PyTorch's `permute`:

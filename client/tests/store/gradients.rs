@@ -306,3 +306,21 @@ fn a_parameter_used_twice_gets_the_sum_of_its_gradients_copied_into_staging() {
         plain_gradients(&client, &model, [(0, 1), (0, 1)])
     );
 }
+
+#[test]
+fn a_view_of_a_stored_parameter_is_read_through_the_store_only() {
+    let client = open();
+    let model = model(13);
+    let mut store = store(&client, &model);
+    let tape = Tape::new(&client);
+    let leaves = ok(store.register_resident_params(&tape), "register");
+    let weight = leaves[0].var();
+    let flat = ok(tape.reshape(&weight, &[-1]), "a reshape");
+    let rows = ok(tape.narrow(&weight, 0, 0, 1), "a narrow");
+    for view in [flat, rows] {
+        assert!(matches!(
+            view.to_host(),
+            Err(AutodiffError::InvalidArgument(_))
+        ));
+    }
+}

@@ -295,6 +295,17 @@ fn views_and_reductions_refuse_dimensions_that_do_not_fit_naming_them() {
         (tape.transpose(&x, 0, 5).err(), "out of range"),
         (tape.reshape(&x, &[5, -1]).err(), "[2, 3, 4]"),
         (tape.reshape(&x, &[-1, -1]).err(), "only one"),
+        (
+            tape.narrow(&x, 1, 2, 2).err(),
+            "2 elements from 2 of dimension 1",
+        ),
+        (tape.narrow(&x, 0, 0, 0).err(), "0 elements"),
+        (tape.split(&x, 0, 0).err(), "split_size of 0"),
+        (
+            tape.cat(&[&x, &deep], 0).err(),
+            "differ outside dimension 0",
+        ),
+        (tape.cat(&[], 0).err(), "no inputs"),
         (tape.sum_dim(&deep, &[0], false).err(), "at most 6"),
         (tape.add(&deep, &x).err(), "at most 6"),
     ];
