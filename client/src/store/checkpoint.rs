@@ -71,15 +71,10 @@ impl DeviceParamStore {
         let optimizer = match self.state.optimizer() {
             None => None,
             Some(run) => {
-                let device_amp = match run.device_amp {
-                    None => None,
-                    Some(rule) => Some(self.device_amp_checkpoint(rule)?),
-                };
+                let (device_amp, steps) = self.amp_and_steps(run)?;
                 Some(OptimizerCheckpoint {
                     config: run.config.clone(),
-                    steps: device_amp
-                        .as_ref()
-                        .map_or(run.steps, |amp| u64::from(amp.state.steps)),
+                    steps,
                     state: run
                         .state
                         .iter()
@@ -155,21 +150,13 @@ impl DeviceParamStore {
     ) -> Result<W, CheckpointError> {
         self.enter().map_err(CheckpointError::Device)?;
         let run_state = self.state.optimizer();
-        let device_amp = match run_state.and_then(|run| run.device_amp) {
-            None => None,
-            Some(rule) => Some(
-                self.device_amp_checkpoint(rule)
-                    .map_err(CheckpointError::Device)?,
-            ),
+        let (device_amp, steps) = match run_state {
+            Some(run) => self.amp_and_steps(run).map_err(CheckpointError::Device)?,
+            None => (None, 0),
         };
         let header = header_of(
             &self.shapes(),
-            run_state.map(|run| {
-                let steps = device_amp
-                    .as_ref()
-                    .map_or(run.steps, |amp| u64::from(amp.state.steps));
-                (&run.config, steps, device_amp.as_ref())
-            }),
+            run_state.map(|run| (&run.config, steps, device_amp.as_ref())),
         );
         let buffers: Vec<&Buffer> = std::iter::once(&self.params)
             .chain(run_state.iter().flat_map(|run| run.state.iter()))
@@ -214,16 +201,25 @@ impl DeviceParamStore {
         })
     }
 
-    fn device_amp_checkpoint(&self, rule: ScaleRule) -> Result<DeviceAmpCheckpoint, BackendError> {
+    /// `run`'s device form of AMP (read from the device, once it ran) and
+    /// its step count (the device's, where the device counts them).
+    fn amp_and_steps(
+        &self,
+        run: &OptimizerRun,
+    ) -> Result<(Option<DeviceAmpCheckpoint>, u64), BackendError> {
+        let Some(rule) = run.device_amp else {
+            return Ok((None, run.steps));
+        };
         let state = self.device_amp_state()?.ok_or_else(|| {
             BackendError::InvalidArgument("the store's device AMP words are missing".into())
         })?;
-        Ok(DeviceAmpCheckpoint {
+        let amp = DeviceAmpCheckpoint {
             growth_factor: rule.growth_factor,
             backoff_factor: rule.backoff_factor,
             growth_interval: rule.growth_interval,
             state,
-        })
+        };
+        Ok((Some(amp), u64::from(state.steps)))
     }
 
     fn download_floats(&self, buffer: &Buffer) -> Result<Vec<f32>, BackendError> {
