@@ -46,6 +46,7 @@ conformance_tests! {
     large::kernels_over_more_than_the_largest_storage_binding_cover_every_element,
     store::every_optimizer_family_through_the_store_matches_the_reference,
     store::the_device_chain_step_matches_the_tape_and_step,
+    store::a_resident_datasets_steps_draw_the_cpus_rows,
     store::the_device_chain_prediction_matches_the_tape_forward,
     store::a_trapped_step_latches_the_store_and_nothing_of_it_is_readable,
     store::the_tapes_gradients_match_the_cpus,

@@ -30,8 +30,9 @@ pub use store::{
     CheckpointError, ResumePoint, read_checkpoint, write_checkpoint,
 };
 pub use store::{
-    ChainLayer, ChainLoss, DeviceAmpCheckpoint, DeviceAmpState, DeviceParamStore,
-    OptimizerCheckpoint, ResidentInput, ResidentLeaf, StoreCheckpoint, TrainStepLoss, argmax_rows,
+    ChainLayer, ChainLoss, DatasetLoss, DatasetTargets, DeviceAmpCheckpoint, DeviceAmpState,
+    DeviceParamStore, OptimizerCheckpoint, ResidentDataset, ResidentInput, ResidentLeaf,
+    StoreCheckpoint, TrainStepLoss, argmax_rows,
 };
 pub use tape::{
     BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,

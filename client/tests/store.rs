@@ -14,6 +14,7 @@ mod store {
     mod common;
     mod contracts;
     mod contracts_chain;
+    mod dataset;
     mod families;
     mod faults;
     mod gradients;

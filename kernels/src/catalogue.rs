@@ -138,6 +138,9 @@ catalogue! {
     Dropout => "dropout",
     /// [`crate::batched_gemm`]: a batch of GEMMs of one shape in one launch.
     BatchedGemm => "batched_gemm",
+    /// [`crate::batch_gather`]: a resident dataset's batch of the step its
+    /// device-side counter names, then the counter advanced.
+    BatchGather => "batch_gather",
 }
 
 #[cfg(test)]

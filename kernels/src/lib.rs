@@ -16,6 +16,7 @@ mod broadcast;
 mod catalogue;
 mod classify;
 pub mod cuda;
+mod dataset;
 pub mod dropout;
 mod elementwise;
 mod embedding;
@@ -38,6 +39,7 @@ pub use classify::{
     ClassInput, ClassLossSpec, Reduction, check_targets, class_loss, class_loss_backward, softmax,
     softmax_backward,
 };
+pub use dataset::{GatherSpec, batch_gather, shuffled};
 pub use dropout::DropoutSpec;
 pub use elementwise::{add, axpy, copy, fill, mul, scale};
 pub use embedding::{EmbeddingSpec, embedding, embedding_backward};

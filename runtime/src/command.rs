@@ -90,6 +90,10 @@ pub struct ServerStats {
     /// queries: `None` where the device has none (the CPU; a wgpu adapter
     /// without `TIMESTAMP_QUERY`).
     pub kernel_device_ns: Option<u64>,
+    /// Bytes the `Read` commands asked for (accepted or refused).
+    pub bytes_read: u64,
+    /// Bytes the `Write` commands carried (accepted or refused).
+    pub bytes_written: u64,
 }
 
 /// What a `Compact` did.

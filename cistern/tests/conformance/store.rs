@@ -6,7 +6,8 @@
 //! the tape's gradients against the CPU's.
 
 use cistern::client::{
-    BackendError, ComputeClient, DeviceParamStore, Gradients, ResidentLeaf, Tape, Tensor, Var,
+    BackendError, ComputeClient, DatasetLoss, DatasetTargets, DeviceParamStore, Gradients,
+    ResidentLeaf, Tape, Tensor, Var,
 };
 use cistern::kernels::Segment;
 use cistern::memory::SplitMix64;
@@ -230,6 +231,62 @@ pub fn the_device_chain_step_matches_the_tape_and_step(device: Device) {
             "{device}, step {step}: params {error:e}"
         );
     }
+}
+
+/// A chain step over a resident dataset draws on the device the rows the
+/// CPU computes (`ResidentDataset::row`), through its own gather kernel
+/// and counter: it trains exactly as host batches of those rows on the
+/// same device, over two epochs of recorded replays.
+pub fn a_resident_datasets_steps_draw_the_cpus_rows(device: Device) {
+    let client = open(device);
+    let model = model(0x5704);
+    let mut rng = SplitMix64::new(0x5705);
+    let (x, y) = (random(&mut rng, &[10, 4]), random(&mut rng, &[10, 3]));
+    let (mut resident, mut hosted) = (store(&client, &model), store(&client, &model));
+    let targets = DatasetTargets::Values(&y);
+    let dataset = ok(
+        resident.upload_resident_dataset(&x, targets, 4, 0x5EED),
+        "upload",
+    );
+    let config = SgdConfig {
+        lr: 0.05,
+        ..Default::default()
+    };
+    let rows_of = |matrix: &Tensor<f32>, step: u32| {
+        let width = matrix.shape()[1];
+        let values = (0..4)
+            .flat_map(|i| {
+                let row = dataset.row(step, i).unwrap_or(usize::MAX);
+                matrix.data()[row * width..(row + 1) * width].to_vec()
+            })
+            .collect();
+        ok(Tensor::new(vec![4, width], values), "batch")
+    };
+    for step in 0..(2 * dataset.per_epoch() as u32 + 1) {
+        let tape = Tape::new(&client);
+        let leaves = ok(resident.snapshot_resident_params(&tape), "snapshot");
+        let sent = resident.train_step_device_chain_dataset(
+            &chain(&leaves),
+            &dataset,
+            DatasetLoss::Mse,
+            &config,
+        );
+        let got = ok(
+            resident.read_train_step_loss(&ok(sent, "dataset step")),
+            "loss",
+        );
+        let tape = Tape::new(&client);
+        let leaves = ok(hosted.snapshot_resident_params(&tape), "snapshot");
+        let (bx, by) = (rows_of(&x, step), rows_of(&y, step));
+        let sent = hosted.train_step_device_chain(&chain(&leaves), &bx, &by, &config);
+        let want = ok(hosted.read_train_step_loss(&ok(sent, "host step")), "loss");
+        assert_eq!(got, want, "{device}, step {step}");
+    }
+    assert_eq!(
+        ok(resident.resident_dataset_position(&dataset), "position"),
+        2 * dataset.per_epoch() as u64 + 1,
+        "{device}"
+    );
 }
 
 /// `predict_device_chain` gives the tape's forward over the same leaves.

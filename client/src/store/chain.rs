@@ -22,6 +22,7 @@ pub type ChainLayer<'t> = (ResidentLeaf<'t>, Option<ResidentLeaf<'t>>, Activatio
 /// bound to that store and its device.
 #[derive(Clone, Debug)]
 pub struct ResidentInput {
+    pub(super) id: u64,
     pub(super) store: u64,
     pub(super) client: ComputeClient,
     pub(super) buffer: Buffer,
@@ -123,6 +124,7 @@ impl DeviceParamStore {
             .write_on(self.stream.id, &buffer, 0, &bytes)
             .map_err(|error| self.state.fail(BackendError::from(error)))?;
         Ok(ResidentInput {
+            id: super::dataset::next_resident_id(),
             store: self.id,
             client: self.client.clone(),
             buffer,
@@ -146,7 +148,7 @@ impl DeviceParamStore {
 
     /// `DeviceMismatch` for an input of another device, `InvalidArgument`
     /// for one of another store.
-    fn check_input(&self, input: &ResidentInput) -> Result<(), BackendError> {
+    pub(super) fn check_input(&self, input: &ResidentInput) -> Result<(), BackendError> {
         if !input.client.same_server(&self.client) {
             return Err(BackendError::DeviceMismatch);
         }

@@ -6,6 +6,15 @@ use cistern_runtime::{Activation, ClassLossSpec};
 
 use crate::compute::{Buffer, Graph};
 
+/// What a recorded chain step reads its batch from: the workspace the
+/// host writes, two resident inputs, or a resident dataset (by id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FeedKey {
+    Host,
+    Resident(u64, u64),
+    Dataset(u64),
+}
+
 /// One checked layer: its slots, sizes (`n×k` weight) and activation.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct LayerPlan {
@@ -67,8 +76,8 @@ pub(super) struct ChainRun {
     pub(super) loss: Buffer,
     /// Whether one step ran directly (the warm-up).
     pub(super) warmed: bool,
-    /// The recorded step and the config it was recorded with.
-    pub(super) graph: Option<(Graph, SgdConfig)>,
+    /// The recorded step, the config and the feed it was recorded with.
+    pub(super) graph: Option<(Graph, SgdConfig, FeedKey)>,
 }
 
 impl ChainRun {

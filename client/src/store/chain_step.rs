@@ -9,8 +9,9 @@ use cistern_runtime::{
     Reduction,
 };
 
-use super::chain::ChainLayer;
-use super::chain_plan::{ChainRun, ClassLossBuffers, LayerPlan, LossPlan, fused};
+use super::chain::{ChainLayer, ResidentInput};
+use super::chain_plan::{ChainRun, ClassLossBuffers, FeedKey, LayerPlan, LossPlan, fused};
+use super::dataset::{DatasetLoss, ResidentDataset};
 use super::device_check::Backoff;
 use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
@@ -42,6 +43,44 @@ pub struct TrainStepLoss {
     store: u64,
     serial: u64,
     host: Option<f32>,
+}
+
+/// Where a chain step's batch comes from: written from the host, copied
+/// from resident inputs, or drawn from a resident dataset on the device.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Feed<'a> {
+    Host {
+        input: &'a Tensor<f32>,
+        loss: ChainLoss<'a>,
+    },
+    Resident {
+        x: &'a ResidentInput,
+        y: &'a ResidentInput,
+    },
+    Dataset {
+        data: &'a ResidentDataset,
+        loss: DatasetLoss<'a>,
+    },
+}
+
+impl Feed<'_> {
+    /// The batch's shape, `rows×features`.
+    fn shape(&self) -> Vec<usize> {
+        match self {
+            Feed::Host { input, .. } => input.shape().to_vec(),
+            Feed::Resident { x, .. } => x.shape.clone(),
+            Feed::Dataset { data, .. } => vec![data.batch(), data.width()],
+        }
+    }
+
+    /// What a recorded step with this feed is bound to.
+    fn key(&self) -> FeedKey {
+        match self {
+            Feed::Host { .. } => FeedKey::Host,
+            Feed::Resident { x, y } => FeedKey::Resident(x.id, y.id),
+            Feed::Dataset { data, .. } => FeedKey::Dataset(data.id),
+        }
+    }
 }
 
 impl TrainStepLoss {
@@ -88,7 +127,7 @@ impl DeviceParamStore {
     ) -> Result<TrainStepLoss, BackendError> {
         let mut backoff = Backoff::new();
         loop {
-            match self.try_chain_step(chain, input, loss, config) {
+            match self.try_chain_step(chain, Feed::Host { input, loss }, config) {
                 Err(error) if error.is_transient() && backoff.wait() => {}
                 answer => return answer,
             }
@@ -109,7 +148,8 @@ impl DeviceParamStore {
     ) -> Result<(), BackendError> {
         self.enter()?;
         let loss = ChainLoss::Mse(target);
-        self.check_train(chain, input, loss, config).map(|_| ())
+        self.check_train(chain, Feed::Host { input, loss }, config)
+            .map(|_| ())
     }
 
     /// The checks of [`train_step_device_chain_with_loss`], with no side
@@ -127,7 +167,27 @@ impl DeviceParamStore {
         config: &SgdConfig,
     ) -> Result<(), BackendError> {
         self.enter()?;
-        self.check_train(chain, input, loss, config).map(|_| ())
+        self.check_train(chain, Feed::Host { input, loss }, config)
+            .map(|_| ())
+    }
+
+    /// [`train_step_device_chain_with_loss`] over a feed (waiting out
+    /// another client's capture as it does).
+    ///
+    /// [`train_step_device_chain_with_loss`]: Self::train_step_device_chain_with_loss
+    pub(super) fn chain_step_with_retry(
+        &mut self,
+        chain: &[ChainLayer<'_>],
+        feed: Feed<'_>,
+        config: &SgdConfig,
+    ) -> Result<TrainStepLoss, BackendError> {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.try_chain_step(chain, feed, config) {
+                Err(error) if error.is_transient() && backoff.wait() => {}
+                answer => return answer,
+            }
+        }
     }
 
     /// The loss of the latest train step: one 4-byte read (the step's one
@@ -171,14 +231,14 @@ impl DeviceParamStore {
         })
     }
 
-    fn check_train(
+    pub(super) fn check_train(
         &self,
         chain: &[ChainLayer<'_>],
-        input: &Tensor<f32>,
-        loss: ChainLoss<'_>,
+        feed: Feed<'_>,
         config: &SgdConfig,
     ) -> Result<(Vec<LayerPlan>, LossPlan), BackendError> {
-        let plan = self.check_chain(chain, input.shape())?;
+        let shape = feed.shape();
+        let plan = self.check_chain(chain, &shape)?;
         let mut seen = vec![0usize; self.layout.slots().len()];
         for layer in &plan {
             for slot in std::iter::once(layer.weight).chain(layer.bias) {
@@ -194,7 +254,16 @@ impl DeviceParamStore {
             )));
         }
         let width = plan.last().map_or(0, |layer| layer.n);
-        let loss_plan = check_loss(loss, input.shape()[0], width)?;
+        let loss_plan = match feed {
+            Feed::Host { loss, .. } => check_loss(loss, shape[0], width)?,
+            Feed::Resident { x, y } => {
+                self.check_input(x)?;
+                self.check_input(y)?;
+                ShapeError::check_dims(&[shape[0], width], &y.shape)?;
+                LossPlan::Mse
+            }
+            Feed::Dataset { data, loss } => self.check_dataset(data, loss, width)?,
+        };
         self.check_config(&OptimizerConfig::Sgd(config.clone()))?;
         Ok((plan, loss_plan))
     }
@@ -202,13 +271,12 @@ impl DeviceParamStore {
     fn try_chain_step(
         &mut self,
         chain: &[ChainLayer<'_>],
-        input: &Tensor<f32>,
-        loss: ChainLoss<'_>,
+        feed: Feed<'_>,
         config: &SgdConfig,
     ) -> Result<TrainStepLoss, BackendError> {
         self.enter_mut()?;
-        let (plan, loss_plan) = self.check_train(chain, input, loss, config)?;
-        let rows = input.shape()[0];
+        let (plan, loss_plan) = self.check_train(chain, feed, config)?;
+        let rows = feed.shape()[0];
         // A workspace of another shape gives its buffers back before the new one is reserved.
         let held = self
             .state
@@ -240,7 +308,7 @@ impl DeviceParamStore {
             .state
             .take_chain_run()
             .ok_or(BackendError::StorePoisoned)?;
-        let token = self.send_chain_step(run, input, loss, config, &state, steps, launches)?;
+        let token = self.send_chain_step(run, feed, config, &state, steps, launches)?;
         let committed = OptimizerRun {
             config: optimizer,
             state,
@@ -254,33 +322,36 @@ impl DeviceParamStore {
         })
     }
 
-    /// Writes the batch, then replays the recorded step, records it, or
-    /// (warm-up, first step) launches it directly. Keeps `run` in the store.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes a host batch, then replays the recorded step, records it,
+    /// or (warm-up, first step) launches it directly; a resident feed's
+    /// copies or gather are the step's first launches. Keeps `run` in the
+    /// store.
     fn send_chain_step(
         &mut self,
         mut run: ChainRun,
-        input: &Tensor<f32>,
-        loss: ChainLoss<'_>,
+        feed: Feed<'_>,
         config: &SgdConfig,
         state: &[Buffer],
         steps: u64,
         mut launches: Vec<KernelLaunch>,
     ) -> Result<FailureToken, BackendError> {
         let stream = self.stream.id;
-        let written = self
-            .client
-            .write_on(stream, &run.x, 0, &f32_bytes(input.data()))
-            .and_then(|()| self.client.write_on(stream, &run.y, 0, &target_bytes(loss)));
-        if let Err(error) = written {
-            self.state.keep_chain_run(run);
-            return Err(self.state.fail(BackendError::from(error)));
+        if let Feed::Host { input, loss } = feed {
+            let written = self
+                .client
+                .write_on(stream, &run.x, 0, &f32_bytes(input.data()))
+                .and_then(|()| self.client.write_on(stream, &run.y, 0, &target_bytes(loss)));
+            if let Err(error) = written {
+                self.state.keep_chain_run(run);
+                return Err(self.state.fail(BackendError::from(error)));
+            }
         }
+        let key = feed.key();
         let replay = run
             .graph
             .as_ref()
-            .filter(|(_, recorded)| recorded == config)
-            .map(|(graph, _)| graph.clone());
+            .filter(|(_, recorded, fed)| recorded == config && *fed == key)
+            .map(|(graph, _, _)| graph.clone());
         let step = OptimizerStep::new(
             OptimizerConfig::Sgd(config.clone()),
             steps + 1,
@@ -292,6 +363,7 @@ impl DeviceParamStore {
         let sent = match replay {
             Some(graph) => self.client.replay_tracked(stream, &graph),
             None => {
+                launches.extend(feed_launches(feed, &run));
                 launches.extend(self.chain_launches(&run));
                 launches.push(step.into_launch());
                 // SGD's kernel differs only at step 1: a step ≥ 2 recorded once
@@ -299,7 +371,7 @@ impl DeviceParamStore {
                 if run.warmed && steps >= 1 {
                     match self.record(&launches) {
                         Ok(graph) => {
-                            run.graph = Some((graph.clone(), config.clone()));
+                            run.graph = Some((graph.clone(), config.clone(), key));
                             self.client.replay_tracked(stream, &graph)
                         }
                         Err(error) => Err(error),
@@ -461,6 +533,19 @@ impl DeviceParamStore {
     }
 }
 
+/// The launches that bring a resident feed's batch into the workspace:
+/// two copies, or the dataset's gather (which advances its counter).
+fn feed_launches(feed: Feed<'_>, run: &ChainRun) -> Vec<KernelLaunch> {
+    match feed {
+        Feed::Host { .. } => Vec::new(),
+        Feed::Resident { x, y } => vec![
+            KernelLaunch::copy(x.buffer.whole(), run.x.whole()),
+            KernelLaunch::copy(y.buffer.whole(), run.y.whole()),
+        ],
+        Feed::Dataset { data, .. } => vec![data.gather(&run.x, &run.y)],
+    }
+}
+
 /// The targets' bytes as the workspace holds them: `f32`s, or `i32`
 /// class indices (checked to fit by [`check_loss`]).
 fn target_bytes(loss: ChainLoss<'_>) -> Vec<u8> {
@@ -484,44 +569,56 @@ fn check_loss(loss: ChainLoss<'_>, rows: usize, width: usize) -> Result<LossPlan
         }
         ChainLoss::CrossEntropy { targets, options } => {
             ShapeError::check_dims(&[rows], &[targets.len()])?;
-            if options.reduction == Reduction::None {
-                return Err(invalid(
-                    "a chain step's loss is one number: reduction mean or sum, not none".into(),
-                ));
-            }
-            let ignore_index = i32::try_from(options.ignore_index).map_err(|_| {
-                invalid(format!(
-                    "ignore_index {} does not fit in i32",
-                    options.ignore_index
-                ))
-            })?;
+            let plan = class_loss_plan(options, rows, width)?;
             cistern_runtime::check_targets(targets, width, options.ignore_index)
                 .map_err(|error| invalid(error.to_string()))?;
-            if let Some(weight) = &options.weight
-                && weight.len() != width
-            {
-                return Err(invalid(format!(
-                    "weight has {} elements, one per class is {width}",
-                    weight.len()
-                )));
-            }
-            let spec = ClassLossSpec {
-                rows,
-                classes: width,
-                input: ClassInput::Logits,
-                reduction: options.reduction,
-                ignore_index,
-                label_smoothing: options.label_smoothing,
-                weighted: options.weight.is_some(),
-            };
-            spec.validate()
-                .map_err(|error| invalid(error.to_string()))?;
-            Ok(LossPlan::CrossEntropy {
-                spec,
-                weight: options.weight.clone(),
-            })
+            Ok(plan)
         }
     }
+}
+
+/// A cross-entropy chain loss over `rows×width` logits with `options`:
+/// a reduction of mean or sum, an `i32` ignore index, one weight per class.
+pub(super) fn class_loss_plan(
+    options: &CrossEntropyOptions,
+    rows: usize,
+    width: usize,
+) -> Result<LossPlan, BackendError> {
+    let invalid = BackendError::InvalidArgument;
+    if options.reduction == Reduction::None {
+        return Err(invalid(
+            "a chain step's loss is one number: reduction mean or sum, not none".into(),
+        ));
+    }
+    let ignore_index = i32::try_from(options.ignore_index).map_err(|_| {
+        invalid(format!(
+            "ignore_index {} does not fit in i32",
+            options.ignore_index
+        ))
+    })?;
+    if let Some(weight) = &options.weight
+        && weight.len() != width
+    {
+        return Err(invalid(format!(
+            "weight has {} elements, one per class is {width}",
+            weight.len()
+        )));
+    }
+    let spec = ClassLossSpec {
+        rows,
+        classes: width,
+        input: ClassInput::Logits,
+        reduction: options.reduction,
+        ignore_index,
+        label_smoothing: options.label_smoothing,
+        weighted: options.weight.is_some(),
+    };
+    spec.validate()
+        .map_err(|error| invalid(error.to_string()))?;
+    Ok(LossPlan::CrossEntropy {
+        spec,
+        weight: options.weight.clone(),
+    })
 }
 
 /// A GEMM spec `m×n` over a contracted `k`, without bias or activation.

@@ -25,6 +25,7 @@ mod chain_step;
 mod checkpoint;
 mod checkpoint_dir;
 mod checkpoint_file;
+mod dataset;
 mod families;
 mod forward;
 mod readers;
@@ -40,5 +41,6 @@ pub use checkpoint_file::{
     CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_VERSION, CheckpointContents, CheckpointError,
     read_checkpoint, write_checkpoint,
 };
+pub use dataset::{DatasetLoss, DatasetTargets, ResidentDataset};
 pub use forward::ResidentLeaf;
 pub use store::DeviceParamStore;

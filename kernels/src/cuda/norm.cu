@@ -86,3 +86,57 @@ extern "C" __global__ void cistern_dropout(
         out[i] = keep ? x[i] * scale : 0.0f;
     }
 }
+
+// A resident dataset's batch (kernels/src/dataset.rs): the batch of step
+// counter[0] through a keyed Feistel permutation of the rows, one thread per
+// word of x and y; then cistern_batch_gather_advance, queued after it,
+// advances the counter.
+__device__ unsigned int cistern_shuffled(unsigned int position, unsigned int rows,
+                                         unsigned int key) {
+    unsigned int bits = rows > 1u ? 32u - __clz(rows - 1u) : 0u;
+    if (bits < 2u) bits = 2u;
+    unsigned int half = (bits + 1u) / 2u;
+    unsigned int mask = (1u << half) - 1u;
+    unsigned int x = position;
+    for (;;) {
+        unsigned int left = x >> half, right = x & mask;
+        for (unsigned int round = 0u; round < 4u; ++round) {
+            unsigned int f = cistern_lowbias32(right ^ (key + round * 0x9e3779b9u)) & mask;
+            unsigned int t = left ^ f;
+            left = right;
+            right = t;
+        }
+        x = (left << half) | right;
+        if (x < rows) return x;
+    }
+}
+
+extern "C" __global__ void cistern_batch_gather(
+    const float* features, const float* targets, const float* counter, float* x, float* y,
+    unsigned int rows, unsigned int width, unsigned int target_width, unsigned int batch,
+    unsigned int seed_lo, unsigned int seed_hi, u64 n) {
+    unsigned int step = __float_as_uint(counter[0]);
+    unsigned int per_epoch = rows / batch;
+    if (per_epoch == 0u) per_epoch = 1u;
+    unsigned int seed_key = cistern_lowbias32(seed_lo ^ cistern_lowbias32(seed_hi));
+    unsigned int key = cistern_lowbias32((step / per_epoch) ^ seed_key);
+    unsigned int slot = step % per_epoch;
+    u64 words = (u64)width + target_width;
+    CISTERN_GRID_STRIDE(i, n) {
+        unsigned int r = (unsigned int)(i / words);
+        unsigned int c = (unsigned int)(i % words);
+        unsigned int row = cistern_shuffled(slot * batch + r, rows, key);
+        if (c < width) {
+            x[(u64)r * width + c] = features[(u64)row * width + c];
+        } else {
+            unsigned int t = c - width;
+            y[(u64)r * target_width + t] = targets[(u64)row * target_width + t];
+        }
+    }
+}
+
+extern "C" __global__ void cistern_batch_gather_advance(float* counter) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        counter[0] = __uint_as_float(__float_as_uint(counter[0]) + 1u);
+    }
+}

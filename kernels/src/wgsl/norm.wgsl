@@ -134,3 +134,59 @@ fn dropout(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     let keep = (lowbias32(i ^ key) >> 8u) >= pu(10u);
     b2[base(2u) + i] = select(0.0, b1[base(1u) + i] * pf(0u), keep);
 }
+
+// A resident dataset's batch (kernels/src/dataset.rs): u[8] rows, u[9]
+// width, u[10] target width, u[11] batch, u[12], u[13] the seed's words.
+// b1 features, b2 targets, b3 counter (a u32 in an f32's bits), b4 x, b5 y;
+// one invocation per word of x and y. batch_gather_advance (b1 the
+// counter) runs after it.
+fn shuffled(position: u32, rows: u32, key: u32) -> u32 {
+    var bits = 0u;
+    if (rows > 1u) { bits = 32u - countLeadingZeros(rows - 1u); }
+    bits = max(bits, 2u);
+    let half = (bits + 1u) / 2u;
+    let mask = (1u << half) - 1u;
+    var x = position;
+    loop {
+        var left = x >> half;
+        var right = x & mask;
+        for (var round = 0u; round < 4u; round = round + 1u) {
+            let f = lowbias32(right ^ (key + round * 0x9e3779b9u)) & mask;
+            let t = left ^ f;
+            left = right;
+            right = t;
+        }
+        x = (left << half) | right;
+        if (x < rows) { break; }
+    }
+    return x;
+}
+
+@compute @workgroup_size(256)
+fn batch_gather(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = linear(wid, lid, groups);
+    if (i >= count()) { return; }
+    let rows = pu(8u);
+    let width = pu(9u);
+    let target_width = pu(10u);
+    let batch = pu(11u);
+    let step = bitcast<u32>(b3[base(3u)]);
+    let per_epoch = max(rows / batch, 1u);
+    let key = lowbias32((step / per_epoch) ^ lowbias32(pu(12u) ^ lowbias32(pu(13u))));
+    let words = width + target_width;
+    let r = i / words;
+    let c = i % words;
+    let row = shuffled((step % per_epoch) * batch + r, rows, key);
+    if (c < width) {
+        b4[base(4u) + r * width + c] = b1[base(1u) + row * width + c];
+    } else {
+        let t = c - width;
+        b5[base(5u) + r * target_width + t] = bitcast<f32>(bitcast<u32>(b2[base(2u) + row * target_width + t]));
+    }
+}
+
+@compute @workgroup_size(1)
+fn batch_gather_advance() {
+    b1[base(1u)] = bitcast<f32>(bitcast<u32>(b1[base(1u)]) + 1u);
+}

@@ -7,7 +7,7 @@
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
-    EmbeddingSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, SumSpec,
+    EmbeddingSpec, GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, SumSpec,
 };
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
@@ -154,6 +154,12 @@ pub enum ShapeRule<'a> {
     Dropout {
         /// The seed, threshold and scale.
         spec: &'a DropoutSpec,
+    },
+    /// A resident dataset's batch gather: the dataset `rows×width` and
+    /// `rows×target_width`, the counter one word, the batch's `x` and `y`.
+    Gather {
+        /// The shape and seed.
+        spec: &'a GatherSpec,
     },
     /// An embedding lookup (or its backward): the table `vocab×dim`, the
     /// indices `rows`, the rows looked up `rows×dim`.
@@ -391,6 +397,12 @@ impl Kernel {
                 &[R, W],
                 ShapeRule::Dropout { spec },
             ),
+            Kernel::BatchGather(spec) => contract(
+                "batch_gather",
+                KernelId::BatchGather,
+                &[R, R, W, W, W],
+                ShapeRule::Gather { spec },
+            ),
             Kernel::EmbeddingBackward(spec) => contract(
                 "embedding_backward",
                 KernelId::EmbeddingBackward,
@@ -468,6 +480,7 @@ impl ShapeRule<'_> {
             ShapeRule::StridedSum { spec } => Some(spec.validate()),
             ShapeRule::LayerNorm { spec, .. } => Some(spec.validate()),
             ShapeRule::Dropout { spec } => Some(spec.validate()),
+            ShapeRule::Gather { spec } => Some(spec.validate()),
             ShapeRule::Batched { spec } => Some(spec.validate()),
             _ => None,
         };
@@ -645,6 +658,14 @@ impl ShapeRule<'_> {
                 reaches(0, spec.a_extent(), "a")?;
                 reaches(1, spec.b_extent(), "b")?;
                 expect(2, spec.outputs(), "c")
+            }
+            ShapeRule::Gather { spec } => {
+                let words = |rows: u32, width: u32| Some(u64::from(rows) * u64::from(width));
+                expect(0, words(spec.rows, spec.width), "features")?;
+                expect(1, words(spec.rows, spec.target_width), "targets")?;
+                expect(2, Some(1), "counter")?;
+                expect(3, words(spec.batch, spec.width), "x")?;
+                expect(4, words(spec.batch, spec.target_width), "y")
             }
             ShapeRule::Embedding { spec, backward } => {
                 let (table, rows) = (spec.table(), spec.outputs());

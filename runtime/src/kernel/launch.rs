@@ -3,7 +3,7 @@
 
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GemmSpec, LayerNormSpec, MapOp, ScaleRule, SumSpec,
+    GatherSpec, GemmSpec, LayerNormSpec, MapOp, ScaleRule, SumSpec,
 };
 
 use super::{Binding, Kernel, KernelLaunch};
@@ -276,6 +276,20 @@ impl KernelLaunch {
     /// `Dropout`: `out ← mask(seed)·x·scale`; also its own backward.
     pub fn dropout(spec: DropoutSpec, x: Binding, out: Binding) -> Self {
         Self::new(Kernel::Dropout(Box::new(spec)), vec![x, out])
+    }
+
+    /// `BatchGather`: the batch of step `counter` of a resident dataset
+    /// into `x` and `y`, then `counter += 1`.
+    pub fn batch_gather(
+        spec: GatherSpec,
+        features: Binding,
+        targets: Binding,
+        counter: Binding,
+        x: Binding,
+        y: Binding,
+    ) -> Self {
+        let kernel = Kernel::BatchGather(Box::new(spec));
+        Self::new(kernel, vec![features, targets, counter, x, y])
     }
 
     /// `Embedding`: `out[i] ← weight[indices[i]]` (`i32` indices).

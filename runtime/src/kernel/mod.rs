@@ -27,7 +27,7 @@ pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
+    GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -182,6 +182,11 @@ pub enum Kernel {
     /// bindings `a`, `b`, `c` (`batch·m·n`, product `i` its `i`-th block),
     /// each product's operands at their offsets into `a` and `b`.
     BatchedGemm(Box<BatchedGemmSpec>),
+    /// A resident dataset's batch (`cistern_kernels::batch_gather`):
+    /// bindings `features` (`rows×width`), `targets` (`rows×target_width`
+    /// words), `counter` (one `u32` word, the step; advanced), `x`
+    /// (`batch×width`), `y` (`batch×target_width`).
+    BatchGather(Box<GatherSpec>),
 }
 
 impl Kernel {

@@ -96,6 +96,14 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         scale: 1.0,
     };
     launches.push(KernelLaunch::dropout(mask, b, b));
+    let gather = cistern_kernels::GatherSpec {
+        rows: 1,
+        width: 1,
+        target_width: 1,
+        batch: 1,
+        seed: 0,
+    };
+    launches.push(KernelLaunch::batch_gather(gather, b, b, b, b, b));
     let batched = cistern_kernels::BatchedGemmSpec {
         gemm: GemmSpec::default(),
         a_offsets: vec![0],

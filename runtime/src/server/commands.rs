@@ -69,6 +69,7 @@ impl<B: Backend> ServerCore<B> {
         data: Box<[u8]>,
     ) -> Result<(), ServerError> {
         self.stats.writes += 1;
+        self.stats.bytes_written += data.len() as u64;
         if data.len() as u64 != target.size {
             return Err(ServerError::InvalidArgument {
                 message: format!(
@@ -324,6 +325,7 @@ impl<B: Backend> ServerCore<B> {
     /// Reads `source` on `stream`: the executor answers with the bytes.
     pub(super) fn read(&mut self, stream: StreamId, source: Region, reply: Reply<Vec<u8>>) {
         self.stats.reads += 1;
+        self.stats.bytes_read += source.size;
         let located = self
             .locate_for(stream, &source)
             .and_then(|location| self.inject_transfer_fault().map(|()| location));

@@ -59,6 +59,7 @@ pub(super) fn run_launch(
         | Kernel::Embedding(_)
         | Kernel::EmbeddingBackward(_)
         | Kernel::Dropout(_)
+        | Kernel::BatchGather(_)
         | Kernel::BatchedGemm(_) => {}
     }
     counters.kernels_run += 1;

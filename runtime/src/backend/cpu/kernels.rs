@@ -195,6 +195,12 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
         Kernel::Dropout(spec) => {
             cistern_kernels::dropout::dropout(spec, b.read(0)?, b.write(1)?).map_err(refused)?;
         }
+        Kernel::BatchGather(spec) => {
+            let (features, targets, counter) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            let (x, y) = (b.write(3)?, b.write(4)?);
+            cistern_kernels::batch_gather(spec, features, targets, counter, x, y)
+                .map_err(refused)?;
+        }
         Kernel::Embedding(spec) => {
             let (weight, indices, out) = (b.read(0)?, b.targets(1)?, b.write(2)?);
             cistern_kernels::embedding(spec, weight, indices, out).map_err(refused)?;

@@ -117,6 +117,7 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::Embedding(_)
         | Kernel::EmbeddingBackward(_)
         | Kernel::Dropout(_)
+        | Kernel::BatchGather(_)
         | Kernel::BatchedGemm(_) => true,
     }
 }

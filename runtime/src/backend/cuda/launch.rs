@@ -346,6 +346,26 @@ impl Launcher<'_> {
                 ];
                 self.stride("cistern_dropout", n, &args)
             }
+            Kernel::BatchGather(spec) => {
+                let row_words = u64::from(spec.width) + u64::from(spec.target_width);
+                let items = u64::from(spec.batch) * row_words;
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    p(2)?,
+                    p(3)?,
+                    p(4)?,
+                    Arg::U32(spec.rows),
+                    Arg::U32(spec.width),
+                    Arg::U32(spec.target_width),
+                    Arg::U32(spec.batch),
+                    Arg::U32(spec.seed as u32),
+                    Arg::U32((spec.seed >> 32) as u32),
+                    Arg::U64(items),
+                ];
+                self.stride("cistern_batch_gather", items, &args)?;
+                self.call("cistern_batch_gather_advance", 1, &[p(2)?])
+            }
             Kernel::Embedding(spec) => {
                 let n = b.floats(2)?;
                 let shape = [

@@ -6,8 +6,8 @@
 //! before anything runs, and the device stays healthy.
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, LayerNormSpec, MapOp,
-    Reduction, SumSpec,
+    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GatherSpec, LayerNormSpec,
+    MapOp, Reduction, SumSpec,
 };
 use cistern_optim::{LambConfig, OptimizerConfig};
 
@@ -71,6 +71,8 @@ const LAYER_NORM_BACKWARD: Entry = entry(Module::Reduce, "layer_norm_backward", 
 const EMBEDDING: Entry = entry(Module::Reduce, "embedding", 3);
 const DROPOUT: Entry = entry(Module::Reduce, "dropout", 2);
 const EMBEDDING_BACKWARD: Entry = entry(Module::Reduce, "embedding_backward", 3);
+const BATCH_GATHER: Entry = entry(Module::Reduce, "batch_gather", 5);
+const BATCH_GATHER_ADVANCE: Entry = entry(Module::Reduce, "batch_gather_advance", 1);
 const BROADCAST_BINARY: Entry = Entry {
     table: true,
     ..entry(Module::Strided, "broadcast_binary", 3)
@@ -303,6 +305,10 @@ impl GpuContext {
                     .map_err(refused)?;
                 Ok(Plan::Dispatches(vec![dispatch]))
             }
+            Kernel::BatchGather(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?, b(3)?, b(4)?];
+                self.batch_gather(spec, &slices).map_err(refused)
+            }
             Kernel::Embedding(spec) => {
                 let slices = [b(0)?, b(1)?, b(2)?];
                 let items = spec.outputs().unwrap_or(0);
@@ -360,6 +366,31 @@ impl GpuContext {
         let params = layer_norm_params(spec)?;
         let dispatch = self.dispatch(LAYER_NORM_BACKWARD, windows, None, params, spec.rows)?;
         Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// A resident dataset's batch, one invocation per word of `x` and `y`,
+    /// then the counter advanced by a dispatch of its own.
+    fn batch_gather(
+        &self,
+        spec: &GatherSpec,
+        slices: &[&GpuSlice; 5],
+    ) -> Result<Plan<'static>, ServerError> {
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        let items = u64::from(spec.batch) * (u64::from(spec.width) + u64::from(spec.target_width));
+        let mut params = Params::new(0, &[]);
+        params.u[8] = spec.rows;
+        params.u[9] = spec.width;
+        params.u[10] = spec.target_width;
+        params.u[11] = spec.batch;
+        params.u[12] = spec.seed as u32;
+        params.u[13] = (spec.seed >> 32) as u32;
+        let counter = vec![self.window(slices[2])?];
+        let gather = self.dispatch(BATCH_GATHER, windows, None, params, items)?;
+        let advance = self.dispatch(BATCH_GATHER_ADVANCE, counter, None, Params::new(0, &[]), 1)?;
+        Ok(Plan::Dispatches(vec![gather, advance]))
     }
 
     /// An embedding lookup or its backward over `items` invocations.
