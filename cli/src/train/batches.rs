@@ -1,11 +1,56 @@
 //! The batch order: each pass over the training part is a seeded shuffle
 //! cut into full batches (the last partial one is dropped, so every step
-//! has the same shape).
+//! has the same shape), gathered on the host ([`Batches`]) or drawn on the
+//! device from the part uploaded once ([`Feed::Device`]).
 
-use cistern_client::Tensor;
+use cistern_client::{DeviceParamStore, ResidentDataset, Tensor};
 use cistern_memory::SplitMix64;
 
+use super::failure::Failure;
 use super::prep::Part;
+
+/// Where a run's batches come from.
+#[derive(Debug)]
+pub enum Feed {
+    /// Gathered on the host and written to the device every step.
+    Host(Batches),
+    /// The training part resident on the device, each batch drawn there:
+    /// a step moves no bytes but its loss read.
+    Device(ResidentDataset),
+}
+
+impl Feed {
+    /// Rows per batch.
+    pub fn batch(&self) -> usize {
+        match self {
+            Feed::Host(batches) => batches.batch(),
+            Feed::Device(dataset) => dataset.batch(),
+        }
+    }
+
+    /// Full batches per pass.
+    pub fn per_epoch(&self) -> usize {
+        match self {
+            Feed::Host(batches) => batches.per_epoch(),
+            Feed::Device(dataset) => dataset.per_epoch(),
+        }
+    }
+
+    /// Where a resumed run's order stands after `steps` steps: skipped on
+    /// the host, or the device's counter set (`store` holds the dataset).
+    pub fn resume(&mut self, store: &DeviceParamStore, steps: u64) -> Result<(), Failure> {
+        match self {
+            Feed::Host(batches) => batches.skip(steps),
+            Feed::Device(dataset) => store.seek_resident_dataset(dataset, steps)?,
+        }
+        Ok(())
+    }
+
+    /// The seed of the device's draw, from the run's seed.
+    pub fn device_seed(seed: u64) -> u64 {
+        SplitMix64::derived(seed, 3).next_u64()
+    }
+}
 
 /// An endless, seeded sequence of batches of one part.
 #[derive(Debug)]

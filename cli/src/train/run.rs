@@ -8,7 +8,6 @@ use cistern_runtime::{Device, DeviceOptions, FaultPlan};
 use serde_json::json;
 
 use super::args::TrainArgs;
-use super::batches::Batches;
 use super::checkpoints::Checkpointing;
 use super::data::{self, Table};
 use super::distributed;
@@ -99,13 +98,11 @@ fn train(
     let shows = model.rank() == 0;
     let config = args.optimizer.config(args.lr());
     let mut trainer = Trainer::new(model, config, args.step_path(), args.amp)?;
-    let mut batches = Batches::new(prepared.train.rows(), args.batch, args.seed);
-    let steps = args
-        .steps
-        .unwrap_or(args.epochs * batches.per_epoch() as u64);
+    let mut feed = trainer.feed(&prepared.train, width, args.batch, args.seed)?;
+    let steps = args.steps.unwrap_or(args.epochs * feed.per_epoch() as u64);
     if let Some(resume) = checkpoints.resume() {
         trainer.resume(resume.state.scaler.clone(), resume.state.skipped)?;
-        batches.skip(resume.state.step);
+        feed.resume(trainer.model().store(), resume.state.step)?;
     }
     let resumed_at = checkpoints.resumed_at();
     let output = match shows {
@@ -119,7 +116,7 @@ fn train(
         "rows": table.rows(),
         "features": width,
         "layers": args.layers,
-        "batch": batches.batch(),
+        "batch": feed.batch(),
         "optimizer": args.optimizer.name(),
         "lr": args.lr(),
         "steps": steps,
@@ -134,10 +131,10 @@ fn train(
     let mut step_seconds = 0.0;
     let first = resumed_at.unwrap_or(0) + 1;
     for step in first..=steps {
-        // Timed like PyTorch's loop: the batch's gather, the step, its loss.
+        // Timed like PyTorch's loop: the batch (a host gather, or the
+        // device's draw inside the step), the step, its loss.
         let begun = Instant::now();
-        let (features, targets) = batches.next(&prepared.train, width)?;
-        let loss = f64::from(trainer.step(&features, &targets)?) * scale;
+        let loss = f64::from(trainer.step_from(&mut feed, &prepared.train, width)?) * scale;
         step_seconds += begun.elapsed().as_secs_f64();
         if !loss.is_finite() {
             output.finish();
@@ -190,7 +187,7 @@ fn train(
         device: device_name.clone(),
         layers: args.layers.clone(),
         activation: format!("{:?}", args.activation).to_lowercase(),
-        batch: batches.batch(),
+        batch: feed.batch(),
         optimizer: args.optimizer.name(),
         lr: args.lr(),
         steps,

@@ -5,13 +5,18 @@
 
 use std::ops::Range;
 
-use cistern_client::{AutodiffError, BackendError, ComputeClient, DeviceParamStore, Tape, Tensor};
+use cistern_client::{
+    AutodiffError, BackendError, ComputeClient, DatasetLoss, DatasetTargets, DeviceParamStore,
+    ResidentDataset, Tape, Tensor,
+};
 use cistern_optim::{GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig};
 use cistern_parallel::{Replica, Shard};
 use cistern_runtime::Activation;
 
 use super::args::StepPath;
+use super::batches::{Batches, Feed};
 use super::failure::Failure;
+use super::prep::Part;
 use super::store_model::StoreModel;
 
 /// How each step runs.
@@ -88,6 +93,58 @@ impl Trainer {
         }
     }
 
+    /// Where the batches of `part` (`width` features a row) come from: the
+    /// device, uploaded once, where this trainer steps the device chain of
+    /// one store; else the host.
+    pub fn feed(
+        &self,
+        part: &Part,
+        width: usize,
+        batch: usize,
+        seed: u64,
+    ) -> Result<Feed, Failure> {
+        let rows = part.rows();
+        let host = || Feed::Host(Batches::new(rows, batch, seed));
+        if !matches!(self.step, Step::Chain(_)) || self.model.is_group() {
+            return Ok(host());
+        }
+        let batch = batch.min(rows).max(1);
+        let features = Tensor::new([rows, width], part.features.clone())
+            .map_err(|e| Failure::Usage(format!("the training part: {e}")))?;
+        let targets = Tensor::new([rows, 1], part.targets.clone())
+            .map_err(|e| Failure::Usage(format!("the training part: {e}")))?;
+        let dataset = self.model.store().upload_resident_dataset(
+            &features,
+            DatasetTargets::Values(&targets),
+            batch,
+            Feed::device_seed(seed),
+        )?;
+        Ok(Feed::Device(dataset))
+    }
+
+    /// One step on the next batch of `feed`: drawn on the device, or
+    /// gathered from `part` on the host. Returns the batch's loss before
+    /// the update.
+    pub fn step_from(
+        &mut self,
+        feed: &mut Feed,
+        part: &Part,
+        width: usize,
+    ) -> Result<f32, Failure> {
+        match (feed, &self.step) {
+            (Feed::Device(dataset), Step::Chain(config)) => {
+                dataset_step(&mut self.model, dataset, config)
+            }
+            (Feed::Host(batches), _) => {
+                let (features, targets) = batches.next(part, width)?;
+                self.step(&features, &targets)
+            }
+            (Feed::Device(_), _) => Err(Failure::Usage(
+                "a resident dataset steps the device chain only".into(),
+            )),
+        }
+    }
+
     /// The model as it stands after the steps taken.
     pub fn model(&self) -> &StoreModel {
         &self.model
@@ -154,6 +211,19 @@ fn chain_step(
     let chain = model.chain(&leaves);
     let store = model.store_mut()?;
     let loss = store.train_step_device_chain(&chain, features, targets, config)?;
+    Ok(store.read_train_step_loss(&loss)?)
+}
+
+fn dataset_step(
+    model: &mut StoreModel,
+    dataset: &ResidentDataset,
+    config: &SgdConfig,
+) -> Result<f32, Failure> {
+    let tape = Tape::new(model.client());
+    let leaves = model.store().snapshot_resident_params(&tape)?;
+    let chain = model.chain(&leaves);
+    let store = model.store_mut()?;
+    let loss = store.train_step_device_chain_dataset(&chain, dataset, DatasetLoss::Mse, config)?;
     Ok(store.read_train_step_loss(&loss)?)
 }
 

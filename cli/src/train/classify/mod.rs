@@ -17,7 +17,7 @@ mod predict;
 
 use std::time::Instant;
 
-use cistern_client::{ComputeClient, CrossEntropyOptions};
+use cistern_client::{ComputeClient, CrossEntropyOptions, Tensor};
 use cistern_optim::OptimizerConfig;
 use cistern_runtime::{Device, DeviceOptions, FaultPlan};
 use serde_json::json;
@@ -25,7 +25,7 @@ use serde_json::json;
 pub use predict::run_command as run_predict;
 
 use super::args::{StepPath, TrainArgs};
-use super::batches::Batches;
+use super::batches::{Batches, Feed};
 use super::checkpoints::Checkpointing;
 use super::failure::Failure;
 use super::model::Layout;
@@ -142,12 +142,21 @@ fn train(
         "tape"
     };
     let options = CrossEntropyOptions::default();
-    let mut batches = Batches::new(prepared.train.rows(), args.batch, args.seed);
-    let steps = args
-        .steps
-        .unwrap_or(args.epochs * batches.per_epoch() as u64);
+    let mut feed = match &chain {
+        Some(_) => {
+            let rows = prepared.train.rows();
+            let features = Tensor::new([rows, width], prepared.train.features.clone())
+                .map_err(|e| Failure::Usage(format!("the training part: {e}")))?;
+            let labels = labels_of(&prepared.train.targets);
+            let batch = args.batch.min(rows).max(1);
+            let seed = Feed::device_seed(args.seed);
+            Feed::Device(model.upload_dataset(&features, &labels, batch, seed)?)
+        }
+        None => Feed::Host(Batches::new(prepared.train.rows(), args.batch, args.seed)),
+    };
+    let steps = args.steps.unwrap_or(args.epochs * feed.per_epoch() as u64);
     let resumed_at = checkpoints.resumed_at();
-    batches.skip(resumed_at.unwrap_or(0));
+    feed.resume(model.store(), resumed_at.unwrap_or(0))?;
     let output = Output::new(args.json, steps);
     output.record(json!({
         "event": "start",
@@ -159,7 +168,7 @@ fn train(
         "features": width,
         "classes": classes,
         "layers": args.layers,
-        "batch": batches.batch(),
+        "batch": feed.batch(),
         "optimizer": args.optimizer.name(),
         "lr": args.lr(),
         "steps": steps,
@@ -175,11 +184,21 @@ fn train(
     for step in first..=steps {
         // Timed like PyTorch's loop: the batch's gather, the step, its loss.
         let begun = Instant::now();
-        let (features, targets) = batches.next(&prepared.train, width)?;
-        let labels = labels_of(targets.data());
-        let loss = f64::from(match &chain {
-            Some(sgd) => model.chain_step(&features, &labels, &options, sgd)?,
-            None => model.tape_step(&features, &labels, &options, &config)?,
+        let loss = f64::from(match (&mut feed, &chain) {
+            (Feed::Device(dataset), Some(sgd)) => model.dataset_step(dataset, &options, sgd)?,
+            (Feed::Host(batches), _) => {
+                let (features, targets) = batches.next(&prepared.train, width)?;
+                let labels = labels_of(targets.data());
+                match &chain {
+                    Some(sgd) => model.chain_step(&features, &labels, &options, sgd)?,
+                    None => model.tape_step(&features, &labels, &options, &config)?,
+                }
+            }
+            (Feed::Device(_), None) => {
+                return Err(Failure::Usage(
+                    "a resident dataset steps the device chain only".into(),
+                ));
+            }
         });
         step_seconds += begun.elapsed().as_secs_f64();
         if !loss.is_finite() {
@@ -224,7 +243,7 @@ fn train(
         device: device.to_string(),
         layers: args.layers.clone(),
         activation: format!("{:?}", args.activation).to_lowercase(),
-        batch: batches.batch(),
+        batch: feed.batch(),
         optimizer: args.optimizer.name(),
         lr: args.lr(),
         steps,

@@ -3,8 +3,8 @@
 //! cross-entropy through the store's device chain (SGD) or the tape.
 
 use cistern_client::{
-    ChainLayer, ChainLoss, ComputeClient, CrossEntropyOptions, DeviceParamStore, ResidentLeaf,
-    StoreCheckpoint, Tape, Tensor,
+    ChainLayer, ChainLoss, ComputeClient, CrossEntropyOptions, DatasetLoss, DatasetTargets,
+    DeviceParamStore, ResidentDataset, ResidentLeaf, StoreCheckpoint, Tape, Tensor,
 };
 use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::Activation;
@@ -114,6 +114,40 @@ impl Classifier {
         let sent = self
             .store
             .train_step_device_chain_with_loss(&chain, features, loss, config)?;
+        Ok(self.store.read_train_step_loss(&sent)?)
+    }
+
+    /// `features` (`rows×width`) and `labels` uploaded once as a resident
+    /// dataset for [`dataset_step`](Self::dataset_step), drawn in batches
+    /// of `batch` under `seed`.
+    pub fn upload_dataset(
+        &self,
+        features: &Tensor<f32>,
+        labels: &[i64],
+        batch: usize,
+        seed: u64,
+    ) -> Result<ResidentDataset, Failure> {
+        let targets = DatasetTargets::Classes(labels);
+        Ok(self
+            .store
+            .upload_resident_dataset(features, targets, batch, seed)?)
+    }
+
+    /// [`chain_step`](Self::chain_step) on the dataset's next batch, drawn
+    /// on the device: the step moves no bytes but its loss read.
+    pub fn dataset_step(
+        &mut self,
+        dataset: &ResidentDataset,
+        options: &CrossEntropyOptions,
+        config: &SgdConfig,
+    ) -> Result<f32, Failure> {
+        let tape = Tape::new(&self.client);
+        let leaves = self.store.snapshot_resident_params(&tape)?;
+        let chain = self.chain(&leaves);
+        let loss = DatasetLoss::CrossEntropy(options);
+        let sent = self
+            .store
+            .train_step_device_chain_dataset(&chain, dataset, loss, config)?;
         Ok(self.store.read_train_step_loss(&sent)?)
     }
 
