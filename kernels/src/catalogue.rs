@@ -138,6 +138,10 @@ catalogue! {
     Dropout => "dropout",
     /// [`crate::batched_gemm`]: a batch of GEMMs of one shape in one launch.
     BatchedGemm => "batched_gemm",
+    /// [`crate::max_dim`]: the maximum over one dimension and its index.
+    MaxDim => "max_dim",
+    /// [`crate::max_dim_backward`]: the gradient routed to that index.
+    MaxDimBackward => "max_dim_backward",
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
+    GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, MaxDimSpec, ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -182,6 +182,14 @@ pub enum Kernel {
     /// bindings `a`, `b`, `c` (`batch·m·n`, product `i` its `i`-th block),
     /// each product's operands at their offsets into `a` and `b`.
     BatchedGemm(Box<BatchedGemmSpec>),
+    /// The maximum over one dimension and the index of its first maximal
+    /// element (`cistern_kernels::max_dim`): bindings `x`
+    /// (`outer×dim×inner`), `values` and `indices` (`outer×inner`, the
+    /// indices `i32` words).
+    MaxDim(Box<MaxDimSpec>),
+    /// Its gradient, routed to that index: bindings `indices`, `grad_out`
+    /// (`outer×inner`), `grad_x` (`outer×dim×inner`, overwritten).
+    MaxDimBackward(Box<MaxDimSpec>),
 }
 
 impl Kernel {

@@ -59,7 +59,9 @@ pub(super) fn run_launch(
         | Kernel::Embedding(_)
         | Kernel::EmbeddingBackward(_)
         | Kernel::Dropout(_)
-        | Kernel::BatchedGemm(_) => {}
+        | Kernel::BatchedGemm(_)
+        | Kernel::MaxDim(_)
+        | Kernel::MaxDimBackward(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 32] = [
+const FUNCTIONS: [&str; 34] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -54,6 +54,8 @@ const FUNCTIONS: [&str; 32] = [
     "cistern_embedding",
     "cistern_embedding_backward",
     "cistern_dropout",
+    "cistern_max_dim",
+    "cistern_max_dim_backward",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

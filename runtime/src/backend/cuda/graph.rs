@@ -117,7 +117,9 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::Embedding(_)
         | Kernel::EmbeddingBackward(_)
         | Kernel::Dropout(_)
-        | Kernel::BatchedGemm(_) => true,
+        | Kernel::BatchedGemm(_)
+        | Kernel::MaxDim(_)
+        | Kernel::MaxDimBackward(_) => true,
     }
 }
 
