@@ -14,17 +14,18 @@ mod metrics;
 mod model;
 mod plot;
 mod predict;
+mod vit;
 
 use std::time::Instant;
 
-use cistern_client::{ComputeClient, CrossEntropyOptions};
+use cistern_client::{ComputeClient, CrossEntropyOptions, DeviceParamStore, Tensor};
 use cistern_optim::OptimizerConfig;
 use cistern_runtime::{Device, DeviceOptions, FaultPlan};
 use serde_json::json;
 
 pub use predict::run_command as run_predict;
 
-use super::args::{StepPath, TrainArgs};
+use super::args::{ModelName, StepPath, TrainArgs};
 use super::batches::Batches;
 use super::checkpoints::Checkpointing;
 use super::failure::Failure;
@@ -37,6 +38,45 @@ use data::ClassTable;
 use metrics::ClassSummary;
 use model::Classifier;
 use plot::AccuracyPoint;
+use vit::Vit;
+
+/// The model a classification run trains.
+enum Model {
+    Mlp(Classifier),
+    Vit(Vit),
+}
+
+impl Model {
+    /// One step (the chain's where `chain` is given, for an MLP); the
+    /// batch's loss before the update.
+    fn step(
+        &mut self,
+        (features, labels): (&Tensor<f32>, &[i64]),
+        options: &CrossEntropyOptions,
+        config: &OptimizerConfig,
+        chain: Option<&cistern_optim::SgdConfig>,
+    ) -> Result<f32, Failure> {
+        match (self, chain) {
+            (Model::Mlp(model), Some(sgd)) => model.chain_step(features, labels, options, sgd),
+            (Model::Mlp(model), None) => model.tape_step(features, labels, options, config),
+            (Model::Vit(model), _) => model.tape_step(features, labels, options, config),
+        }
+    }
+
+    fn logits(&self, features: &[f32]) -> Result<Vec<f32>, Failure> {
+        match self {
+            Model::Mlp(model) => model.logits(features),
+            Model::Vit(model) => model.logits(features),
+        }
+    }
+
+    fn store(&self) -> &DeviceParamStore {
+        match self {
+            Model::Mlp(model) => model.store(),
+            Model::Vit(model) => model.store(),
+        }
+    }
+}
 
 /// A classification dataset as a regression table (its class index the
 /// target), for `--task regress`; `None` for the regression datasets.
@@ -123,13 +163,20 @@ fn train(
     }
     let mut checkpoints =
         Checkpointing::new(args, &table.name, &prepared.standardisation, &layout)?;
-    let mut model = match checkpoints.resume() {
-        Some(resume) => Classifier::restore(&client, layout.clone(), &resume.store)?,
-        None => Classifier::upload(
+    let mut model = match (args.model, checkpoints.resume()) {
+        (ModelName::Vit, _) => Model::Vit(Vit::new(&client, args.seed, width, classes)?),
+        (ModelName::Mlp, Some(resume)) => {
+            Model::Mlp(Classifier::restore(&client, layout.clone(), &resume.store)?)
+        }
+        (ModelName::Mlp, None) => Model::Mlp(Classifier::upload(
             &client,
             layout.clone(),
             &layout.initial_parameters(args.seed),
-        )?,
+        )?),
+    };
+    let (model_name, parameters) = match &model {
+        Model::Mlp(_) => ("mlp", layout.parameter_count()),
+        Model::Vit(vit) => ("vit", vit.parameter_count()),
     };
     let config = args.optimizer.config(args.lr());
     let chain = match (args.step_path(), &config) {
@@ -158,13 +205,14 @@ fn train(
         "rows": table.rows(),
         "features": width,
         "classes": classes,
+        "model": model_name,
         "layers": args.layers,
         "batch": batches.batch(),
         "optimizer": args.optimizer.name(),
         "lr": args.lr(),
         "steps": steps,
         "step": path,
-        "parameters": layout.parameter_count(),
+        "parameters": parameters,
     }));
     let validation_labels = part_labels(&prepared.validation);
     let every = (steps / EVALUATIONS).max(1);
@@ -177,10 +225,8 @@ fn train(
         let begun = Instant::now();
         let (features, targets) = batches.next(&prepared.train, width)?;
         let labels = labels_of(targets.data());
-        let loss = f64::from(match &chain {
-            Some(sgd) => model.chain_step(&features, &labels, &options, sgd)?,
-            None => model.tape_step(&features, &labels, &options, &config)?,
-        });
+        let batch = (&features, labels.as_slice());
+        let loss = f64::from(model.step(batch, &options, &config, chain.as_ref())?);
         step_seconds += begun.elapsed().as_secs_f64();
         if !loss.is_finite() {
             output.finish();
@@ -222,13 +268,17 @@ fn train(
         task: "classify",
         dataset: table.name.clone(),
         device: device.to_string(),
+        model: model_name,
         layers: args.layers.clone(),
-        activation: format!("{:?}", args.activation).to_lowercase(),
+        activation: match args.model {
+            ModelName::Vit => "gelu".into(),
+            ModelName::Mlp => format!("{:?}", args.activation).to_lowercase(),
+        },
         batch: batches.batch(),
         optimizer: args.optimizer.name(),
         lr: args.lr(),
         steps,
-        parameters: layout.parameter_count(),
+        parameters,
         classes: table.classes.clone(),
         train_rows: prepared.train.rows(),
         val_rows: prepared.validation.rows(),
@@ -287,8 +337,12 @@ fn keep(
     args: &TrainArgs,
     table: &ClassTable,
     prepared: &Prepared,
-    model: &Classifier,
+    model: &Model,
 ) -> Result<(), Failure> {
+    // `--save` and `--predictions` are refused for a ViT (`args.check`).
+    let Model::Mlp(model) = model else {
+        return Ok(());
+    };
     if let Some(path) = &args.save {
         let mut standardisation = prepared.standardisation.clone();
         // Outputs are logits: nothing to un-standardise.
