@@ -132,7 +132,7 @@ impl Activation {
             Self::LeakyRelu { negative_slope } => {
                 map_in_place(y, |x| if x > 0.0 { x } else { x * negative_slope })
             }
-            Self::Gelu => map_in_place(y, gelu),
+            Self::Gelu => (gelu_kernels().forward)(y),
             Self::GeluTanh => map_in_place(y, gelu_tanh),
             Self::Tanh => map_in_place(y, f32::tanh),
             Self::Sigmoid => map_in_place(y, sigmoid),
@@ -161,7 +161,7 @@ impl Activation {
             Self::LeakyRelu { negative_slope } => map_grad(grad_in, x, grad_out, |x, g| {
                 if x > 0.0 { g } else { g * negative_slope }
             }),
-            Self::Gelu => map_grad(grad_in, x, grad_out, gelu_grad),
+            Self::Gelu => (gelu_kernels().backward)(grad_in, x, grad_out),
             Self::GeluTanh => map_grad(grad_in, x, grad_out, gelu_tanh_grad),
             Self::Tanh => map_grad(grad_in, x, grad_out, |x, g| {
                 let t = x.tanh();
@@ -173,6 +173,86 @@ impl Activation {
             }),
         }
     }
+}
+
+/// Exact GELU's loops, compiled for the widest vector unit present: the
+/// same source (`gelu_*_body`, inlined into each), so the same rounding
+/// (Rust never contracts to FMA), only more lanes at a time.
+struct GeluKernels {
+    forward: fn(&mut [f32]),
+    backward: fn(&mut [f32], &[f32], &[f32]),
+}
+
+fn gelu_kernels() -> &'static GeluKernels {
+    static KERNELS: std::sync::OnceLock<GeluKernels> = std::sync::OnceLock::new();
+    KERNELS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return GeluKernels {
+                    forward: wide::gelu_forward_avx512,
+                    backward: wide::gelu_backward_avx512,
+                };
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                return GeluKernels {
+                    forward: wide::gelu_forward_avx2,
+                    backward: wide::gelu_backward_avx2,
+                };
+            }
+        }
+        GeluKernels {
+            forward: gelu_forward_body,
+            backward: gelu_backward_body,
+        }
+    })
+}
+
+// Plain loops over `#[inline(always)]` functions: a function passed as a
+// value (`map_in_place(y, gelu)`) stays a call per element.
+#[inline(always)]
+fn gelu_forward_body(y: &mut [f32]) {
+    for v in y {
+        *v = gelu(*v);
+    }
+}
+
+#[inline(always)]
+fn gelu_backward_body(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]) {
+    for ((d, &x), &g) in grad_in.iter_mut().zip(x).zip(grad_out) {
+        *d = gelu_grad(x, g);
+    }
+}
+
+/// The AVX2 and AVX-512 instances of GELU's loops.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use super::{gelu_backward_body, gelu_forward_body};
+
+    macro_rules! instances {
+        ($feature:literal, $forward:ident, $backward:ident) => {
+            pub(super) fn $forward(y: &mut [f32]) {
+                #[target_feature(enable = $feature)]
+                unsafe fn body(y: &mut [f32]) {
+                    gelu_forward_body(y)
+                }
+                // SAFETY: chosen only where the CPU has the feature (`gelu_kernels`).
+                unsafe { body(y) }
+            }
+
+            pub(super) fn $backward(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]) {
+                #[target_feature(enable = $feature)]
+                unsafe fn body(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]) {
+                    gelu_backward_body(grad_in, x, grad_out)
+                }
+                // SAFETY: chosen only where the CPU has the feature (`gelu_kernels`).
+                unsafe { body(grad_in, x, grad_out) }
+            }
+        };
+    }
+
+    instances!("avx2", gelu_forward_avx2, gelu_backward_avx2);
+    instances!("avx512f", gelu_forward_avx512, gelu_backward_avx512);
 }
 
 #[inline(always)]
@@ -254,6 +334,31 @@ mod tests {
         // Measured: 4.6e-7 and 3.5e-7 (f32's ulp is 6e-8 to 1.2e-7 relative).
         assert!(worst_y < 6e-7, "gelu: worst relative error {worst_y:e}");
         assert!(worst_d < 6e-7, "gelu': worst relative error {worst_d:e}");
+    }
+
+    #[test]
+    fn the_vector_instances_of_gelu_round_as_the_scalar_body() {
+        let x: Vec<f32> = (-20_000..20_000).map(|i| i as f32 / 1000.0).collect();
+        let g: Vec<f32> = x.iter().map(|v| 0.5 + v.abs()).collect();
+        let mut plain = x.clone();
+        plain.iter_mut().for_each(|v| *v = gelu(*v));
+        let mut wide = x.clone();
+        (gelu_kernels().forward)(&mut wide);
+        assert!(
+            plain
+                .iter()
+                .zip(&wide)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        let plain: Vec<f32> = x.iter().zip(&g).map(|(&x, &g)| gelu_grad(x, g)).collect();
+        let mut wide = vec![0.0; x.len()];
+        (gelu_kernels().backward)(&mut wide, &x, &g);
+        assert!(
+            plain
+                .iter()
+                .zip(&wide)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
     }
 
     #[test]
