@@ -60,6 +60,7 @@ conformance_tests! {
     kernels::every_element_wise_definition_matches_its_cpu_body,
     kernels::a_kernel_over_a_sub_range_changes_only_that_range,
     kernels::every_activation_forward_and_backward_matches_the_cpu_kernels,
+    kernels::exact_gelu_keeps_its_tail_relatively_accurate,
     kernels::gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel,
     kernels::gemm_off_every_tile_and_block_boundary_matches_the_cpu_kernel,
     kernels::reductions_match_the_cpu_kernels,
