@@ -14,6 +14,7 @@ mod conformance {
     pub mod kernels_bindings;
     pub mod large;
     pub mod layers;
+    pub mod max;
     pub mod memory;
     pub mod optim;
     pub mod optim_amp;
@@ -60,6 +61,7 @@ conformance_tests! {
     kernels::every_element_wise_definition_matches_its_cpu_body,
     kernels::a_kernel_over_a_sub_range_changes_only_that_range,
     kernels::every_activation_forward_and_backward_matches_the_cpu_kernels,
+    kernels::exact_gelu_keeps_its_tail_relatively_accurate,
     kernels::gemm_with_transposes_bias_and_activation_matches_the_cpu_kernel,
     kernels::gemm_off_every_tile_and_block_boundary_matches_the_cpu_kernel,
     kernels::reductions_match_the_cpu_kernels,
@@ -142,6 +144,8 @@ conformance_tests! {
     layers::attention_on_the_tape_matches_finite_differences,
     layers::narrow_split_and_cat_on_the_tape_match_finite_differences,
     layers::softmax_over_any_dimension_matches_finite_differences,
+    max::max_dim_kernels_take_the_first_maximum_and_route_the_gradient_there,
+    max::max_dim_on_the_tape_matches_finite_differences,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

@@ -1,7 +1,8 @@
 //! The `cistern` command line's modules: train, predict, devices, bench,
 //! stress and report. No public API: the binary calls
 //! [`run_command_line`]; the fuzz targets and their stable-toolchain tests
-//! call `fuzzing` (hidden). A program embedding Cistern depends on the
+//! call `fuzzing` (hidden); `examples/vit_digits.rs` and `train --model
+//! vit` share the model of `vit` (hidden). A program embedding Cistern depends on the
 //! `cistern` facade instead, which compiles none of this.
 
 mod bench;
@@ -14,6 +15,8 @@ mod train;
 
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod vit;
 
 /// The `cistern` binary's `main`: parses the arguments, sets up logging and
 /// runs the command. Not an API: the binary's only entry point.

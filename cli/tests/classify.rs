@@ -293,3 +293,68 @@ fn the_cross_entropy_bench_prints_one_line_with_both_timings() {
     let loss = line["loss"].as_f64().unwrap_or(0.0);
     assert!(loss > 4.0 && loss < 12.0, "{loss}");
 }
+
+#[test]
+fn the_vision_transformer_learns_the_digits_in_a_few_steps() {
+    let output = cistern(&[
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "vit",
+        "--optimizer",
+        "adamw",
+        "--steps",
+        "12",
+        "--batch",
+        "16",
+        "--validation",
+        "0.1",
+        "--json",
+    ]);
+    let summary = summary(&output);
+    assert_eq!(summary["model"], "vit");
+    assert_eq!(summary["parameters"], 68_938);
+    let losses: Vec<f64> = json_lines(&output)
+        .iter()
+        .filter(|line| line["event"] == "eval")
+        .filter_map(|line| line["train_loss"].as_f64())
+        .collect();
+    assert_eq!(losses.len(), 12, "one evaluation a step");
+    let (first, last) = (
+        losses[..3].iter().sum::<f64>(),
+        losses[9..].iter().sum::<f64>(),
+    );
+    assert!(last < first - 1.0, "the loss falls: {losses:?}");
+    // Ten classes: chance is about 0.1.
+    let accuracy = summary["val_accuracy"].as_f64().unwrap_or(0.0);
+    assert!(accuracy > 0.3, "validation accuracy {accuracy}");
+}
+
+#[test]
+fn the_vision_transformer_takes_the_digits_only_and_says_so() {
+    for dataset in ["winequality", "breast-cancer"] {
+        let output = cistern(&["train", "--dataset", dataset, "--model", "vit"]);
+        fails_with(&output, "--model vit classifies the 8×8 digits");
+    }
+    let output = cistern(&[
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "vit",
+        "--task",
+        "regress",
+    ]);
+    fails_with(&output, "--model vit classifies the 8×8 digits");
+    let output = cistern(&[
+        "train",
+        "--dataset",
+        "digits",
+        "--model",
+        "vit",
+        "--save",
+        "x.safetensors",
+    ]);
+    fails_with(&output, "--save is not supported with --model vit");
+}

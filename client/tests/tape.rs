@@ -12,5 +12,6 @@ mod tape {
     mod memory;
     mod mlp;
     mod pytorch;
+    mod pytorch_ops;
     mod syncs;
 }

@@ -227,6 +227,103 @@ impl<'a, const N: usize> Walk<'a, N> {
     }
 }
 
+/// `dims` and each input's `strides` with the dimensions of 1 dropped and
+/// each pair of neighbours that every input steps through contiguously
+/// (`strides[d] = strides[d + 1]·dims[d + 1]`) merged into one: the same
+/// walk, in the same order, over fewer and longer rows.
+fn coalesce<const N: usize>(dims: &[u64], strides: [&[u64]; N]) -> (Vec<u64>, [Vec<u64>; N]) {
+    let mut merged: Vec<u64> = Vec::with_capacity(dims.len());
+    let mut merged_strides: [Vec<u64>; N] = std::array::from_fn(|_| Vec::new());
+    for (d, &n) in dims.iter().enumerate().filter(|&(_, &n)| n != 1) {
+        let contiguous = merged.last().is_some_and(|_| {
+            (merged_strides.iter().zip(&strides))
+                .all(|(kept, s)| kept.last().is_some_and(|&outer| outer == s[d] * n))
+        });
+        match (contiguous, merged.last_mut()) {
+            (true, Some(last)) => {
+                *last *= n;
+                for (kept, s) in merged_strides.iter_mut().zip(&strides) {
+                    if let Some(outer) = kept.last_mut() {
+                        *outer = s[d];
+                    }
+                }
+            }
+            _ => {
+                merged.push(n);
+                for (kept, s) in merged_strides.iter_mut().zip(&strides) {
+                    kept.push(s[d]);
+                }
+            }
+        }
+    }
+    (merged, merged_strides)
+}
+
+/// Calls `f(offsets, first, count)` for each run of `count` outputs from
+/// `first` (counted from `start`; `len` in all) along the last dimension:
+/// the run's first element is at `offsets` in each input, the next ones a
+/// last stride further each.
+fn for_each_run<const N: usize>(
+    dims: &[u64],
+    strides: [&[u64]; N],
+    (start, len): (u64, usize),
+    mut f: impl FnMut([u64; N], usize, usize),
+) {
+    let (last, outer) = dims.split_last().map_or((1, dims), |(&n, rest)| (n, rest));
+    let outer_strides = strides.map(|s| &s[..outer.len()]);
+    let last_strides = strides.map(|s| s.get(outer.len()).copied().unwrap_or(0));
+    let mut walk = Walk::at(outer, outer_strides, start / last.max(1));
+    let (mut j, mut done) = (start % last.max(1), 0);
+    while done < len {
+        let count = ((last - j) as usize).min(len - done);
+        let mut offsets = walk.offsets;
+        for (offset, stride) in offsets.iter_mut().zip(last_strides) {
+            *offset += j * stride;
+        }
+        f(offsets, done, count);
+        done += count;
+        j = 0;
+        walk.advance();
+    }
+}
+
+/// `out[k] ← op(a[k·sa], b[k·sb])` over one run, the contiguous and the
+/// broadcast cases as their own loops (so that they vectorise).
+#[inline(always)]
+fn binary_run(
+    op: impl Fn(f32, f32) -> f32,
+    a: &[f32],
+    b: &[f32],
+    [sa, sb]: [usize; 2],
+    out: &mut [f32],
+) {
+    let n = out.len();
+    match (sa, sb) {
+        (1, 1) => {
+            for ((o, &x), &y) in out.iter_mut().zip(&a[..n]).zip(&b[..n]) {
+                *o = op(x, y);
+            }
+        }
+        (1, 0) => {
+            let y = b[0];
+            for (o, &x) in out.iter_mut().zip(&a[..n]) {
+                *o = op(x, y);
+            }
+        }
+        (0, 1) => {
+            let x = a[0];
+            for (o, &y) in out.iter_mut().zip(&b[..n]) {
+                *o = op(x, y);
+            }
+        }
+        _ => {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = op(a[k * sa], b[k * sb]);
+            }
+        }
+    }
+}
+
 /// Runs [`BroadcastSpec`] on the CPU: `out` holds the output's elements;
 /// `a` and `b` hold at least what their strides reach.
 pub fn broadcast_binary(
@@ -243,16 +340,41 @@ pub fn broadcast_binary(
     }
     check_extent("a", spec.a_extent(), a.len())?;
     check_extent("b", spec.b_extent(), b.len())?;
-    let strides = [spec.a_strides.as_slice(), spec.b_strides.as_slice()];
-    for_each_indexed(out, |start, piece| {
-        let mut walk = Walk::at(&spec.shape, strides, start as u64);
-        for out in piece.iter_mut() {
-            let [at_a, at_b] = walk.offsets;
-            *out = spec.op.apply(a[at_a as usize], b[at_b as usize]);
-            walk.advance();
-        }
-    });
+    let (dims, [a_strides, b_strides]) = coalesce(&spec.shape, [&spec.a_strides, &spec.b_strides]);
+    let last = |s: &[u64]| s.last().map_or(0, |&v| v as usize);
+    let steps = [last(&a_strides), last(&b_strides)];
+    let walk = (
+        dims.as_slice(),
+        [a_strides.as_slice(), b_strides.as_slice()],
+        steps,
+    );
+    match spec.op {
+        BinaryOp::Add => binary_runs(|x, y| x + y, walk, a, b, out),
+        BinaryOp::Sub => binary_runs(|x, y| x - y, walk, a, b, out),
+        BinaryOp::Mul => binary_runs(|x, y| x * y, walk, a, b, out),
+        BinaryOp::Div => binary_runs(|x, y| x / y, walk, a, b, out),
+    }
     Ok(())
+}
+
+/// One operation over every run of a (coalesced) walk: its dimensions,
+/// each input's strides, and each input's last stride.
+type BinaryWalk<'a> = (&'a [u64], [&'a [u64]; 2], [usize; 2]);
+
+fn binary_runs(
+    op: impl Fn(f32, f32) -> f32 + Copy + Send + Sync,
+    (dims, strides, steps): BinaryWalk<'_>,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+) {
+    for_each_indexed(out, |start, piece| {
+        let range = (start as u64, piece.len());
+        for_each_run(dims, strides, range, |[at_a, at_b], first, count| {
+            let (a, b) = (&a[at_a as usize..], &b[at_b as usize..]);
+            binary_run(op, a, b, steps, &mut piece[first..first + count]);
+        });
+    });
 }
 
 /// Runs [`SumSpec`] on the CPU: `out` holds the output's elements; `x`
@@ -270,32 +392,55 @@ pub fn strided_sum(spec: &SumSpec, x: &[f32], out: &mut [f32]) -> Result<(), Ker
         return Ok(());
     }
     check_extent("x", spec.extent(), x.len())?;
-    let strides = [spec.strides.as_slice()];
-    let summed_strides = [spec.summed_strides.as_slice()];
+    let (dims, [kept_strides]) = coalesce(&spec.shape, [&spec.strides]);
+    let step = kept_strides.last().map_or(0, |&v| v as usize);
+    let strides = [kept_strides.as_slice()];
+    let scale = spec.scale;
     if spec.summed.is_empty() {
         // A gather: one read per element.
         for_each_indexed(out, |start, piece| {
-            let mut walk = Walk::at(&spec.shape, strides, start as u64);
-            for out in piece.iter_mut() {
-                *out = spec.scale * x[walk.offsets[0] as usize];
-                walk.advance();
-            }
+            for_each_run(
+                &dims,
+                strides,
+                (start as u64, piece.len()),
+                |[at], first, count| {
+                    let (at, out) = (at as usize, &mut piece[first..first + count]);
+                    match step {
+                        1 => (out.iter_mut().zip(&x[at..at + count]))
+                            .for_each(|(o, &v)| *o = scale * v),
+                        _ => (out.iter_mut().enumerate())
+                            .for_each(|(k, o)| *o = scale * x[at + k * step]),
+                    }
+                },
+            );
         });
         return Ok(());
     }
+    // Each output's terms in row-major order over the summed dimensions,
+    // their last (coalesced) one a run: the order of the plain walk.
+    let (summed_dims, [summed_strides]) = coalesce(&spec.summed, [&spec.summed_strides]);
+    let summed_step = summed_strides.last().map_or(0, |&v| v as usize);
+    let summed_runs = [summed_strides.as_slice()];
+    let total = usize_of(summed, "summed")?;
     for_each_indexed(out, |start, piece| {
-        let mut walk = Walk::at(&spec.shape, strides, start as u64);
-        for out in piece.iter_mut() {
-            let [base] = walk.offsets;
-            let mut inner = Walk::at(&spec.summed, summed_strides, 0);
-            let mut total = 0.0f32;
-            for _ in 0..summed {
-                total += x[(base + inner.offsets[0]) as usize];
-                inner.advance();
-            }
-            *out = spec.scale * total;
-            walk.advance();
-        }
+        for_each_run(
+            &dims,
+            strides,
+            (start as u64, piece.len()),
+            |[at], first, count| {
+                for (k, out) in piece[first..first + count].iter_mut().enumerate() {
+                    let base = at as usize + k * step;
+                    let mut sum = 0.0f32;
+                    for_each_run(&summed_dims, summed_runs, (0, total), |[offset], _, n| {
+                        let from = base + offset as usize;
+                        for r in 0..n {
+                            sum += x[from + r * summed_step];
+                        }
+                    });
+                    *out = scale * sum;
+                }
+            },
+        );
     });
     Ok(())
 }
@@ -396,6 +541,66 @@ mod tests {
         broadcast_binary(&spec, &a, &b, &mut out).unwrap();
         for (i, value) in out.iter().enumerate() {
             assert_eq!(*value, a[i] - b[i / cols]);
+        }
+    }
+
+    /// The offset of output element `i` through `strides`, by index arithmetic.
+    fn offset(shape: &[u64], strides: &[u64], mut i: u64) -> usize {
+        let mut at = 0;
+        for d in (0..shape.len()).rev() {
+            at += (i % shape[d]) * strides[d];
+            i /= shape[d];
+        }
+        at as usize
+    }
+
+    #[test]
+    fn runs_over_merged_dimensions_match_the_index_arithmetic_in_every_layout() {
+        // 4·1·97·3·29 = 33,756 outputs: past MIN_PARALLEL, so in pieces.
+        let shape = vec![4, 1, 97, 3, 29];
+        // a: a permuted contiguous tensor; b: broadcast along two dimensions.
+        let a_strides = vec![29 * 3, 0, 4 * 29 * 3, 29, 1];
+        let b_strides = vec![0, 0, 3, 1, 0];
+        let a: Vec<f32> = (0..4 * 97 * 3 * 29).map(|v| v as f32 * 0.25).collect();
+        let b: Vec<f32> = (0..97 * 3).map(|v| v as f32 + 1.0).collect();
+        let spec = BroadcastSpec {
+            op: BinaryOp::Div,
+            shape: shape.clone(),
+            a_strides: a_strides.clone(),
+            b_strides: b_strides.clone(),
+        };
+        let mut out = vec![0.0; 33_756];
+        broadcast_binary(&spec, &a, &b, &mut out).unwrap();
+        for (i, &got) in out.iter().enumerate() {
+            let i = i as u64;
+            let want = a[offset(&shape, &a_strides, i)] / b[offset(&shape, &b_strides, i)];
+            assert_eq!(got, want, "element {i}");
+        }
+        // The same permutation gathered, then summed over two dimensions.
+        let mut spec = SumSpec {
+            shape: shape.clone(),
+            strides: a_strides.clone(),
+            summed: vec![],
+            summed_strides: vec![],
+            scale: 2.0,
+        };
+        strided_sum(&spec, &a, &mut out).unwrap();
+        for (i, &got) in out.iter().enumerate() {
+            assert_eq!(got, 2.0 * a[offset(&shape, &a_strides, i as u64)]);
+        }
+        spec.shape = vec![4, 1, 29];
+        spec.strides = vec![29 * 3, 0, 1];
+        spec.summed = vec![97, 3];
+        spec.summed_strides = vec![4 * 29 * 3, 29];
+        let mut sums = vec![0.0; 4 * 29];
+        strided_sum(&spec, &a, &mut sums).unwrap();
+        for (i, &got) in sums.iter().enumerate() {
+            let base = offset(&spec.shape, &spec.strides, i as u64);
+            let mut want = 0.0f32;
+            for r in 0..97 * 3 {
+                want += a[base + offset(&spec.summed, &spec.summed_strides, r)];
+            }
+            assert_eq!(got, 2.0 * want, "sum {i}");
         }
     }
 }

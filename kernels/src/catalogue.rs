@@ -141,6 +141,10 @@ catalogue! {
     /// [`crate::batch_gather`]: a resident dataset's batch of the step its
     /// device-side counter names, then the counter advanced.
     BatchGather => "batch_gather",
+    /// [`crate::max_dim`]: the maximum over one dimension and its index.
+    MaxDim => "max_dim",
+    /// [`crate::max_dim_backward`]: the gradient routed to that index.
+    MaxDimBackward => "max_dim_backward",
 }
 
 #[cfg(test)]

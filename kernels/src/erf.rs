@@ -1,4 +1,5 @@
-//! The error function, for exact GELU.
+//! The error function in f64, rounded once: `erf` and `erfc`, and the
+//! reference the f32 exact GELU (`activation.rs`) is tested against.
 //!
 //! Evaluated in f64 and rounded once, so the f32 result is within an ulp or
 //! so of the true value: a Maclaurin-type series with only positive terms,

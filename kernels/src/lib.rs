@@ -24,6 +24,7 @@ mod erf;
 mod error;
 mod gemm;
 pub mod map;
+mod max;
 mod norm;
 mod optimizer;
 mod parallel;
@@ -47,6 +48,7 @@ pub use erf::{erf, erfc};
 pub use error::KernelError;
 pub use gemm::{GemmKernel, GemmSpec, gemm, gemm_threads, gemm_with};
 pub use map::{MapOp, MapScalars, map};
+pub use max::{MaxDimSpec, max_dim, max_dim_backward};
 pub use norm::{LayerNormSpec, layer_norm, layer_norm_backward};
 pub use optimizer::{
     ScaleRule, StepContext, StepOutcome, StepScalars, adagrad_step, adam_step, adamw_step,

@@ -48,6 +48,8 @@ pub const STRIDED: &str = include_str!("wgsl/strided.wgsl");
 /// `layer_norm`, `layer_norm_backward`, `embedding` and
 /// `embedding_backward` (`crate::norm`, `crate::embedding`).
 pub const NORM: &str = include_str!("wgsl/norm.wgsl");
+/// `max_dim` and `max_dim_backward` (`crate::max_dim`).
+pub const MAX: &str = include_str!("wgsl/max.wgsl");
 /// `broadcast_binary` and `strided_sum` (`crate::broadcast`), over a table
 /// of dimensions and strides.
 pub const BROADCAST: &str = include_str!("wgsl/broadcast.wgsl");

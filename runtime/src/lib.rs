@@ -25,8 +25,8 @@ pub mod testing;
 
 pub use cistern_kernels::{
     Activation, BatchedGemmSpec, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
-    EmbeddingSpec, GatherSpec, GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, Reduction,
-    ScaleRule, Segment, SumSpec, check_targets,
+    EmbeddingSpec, GatherSpec, GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, MaxDimSpec,
+    Reduction, ScaleRule, Segment, SumSpec, check_targets,
 };
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,

@@ -43,6 +43,17 @@ pub enum Task {
     Classify,
 }
 
+/// The model a run trains, by its command-line name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModelName {
+    /// A multilayer perceptron of `--layers` and `--activation`.
+    #[default]
+    Mlp,
+    /// The small vision transformer of `examples/vit_digits.rs` (each 8×8
+    /// digit as 8 row tokens): `--dataset digits` only, through the tape.
+    Vit,
+}
+
 /// How a step runs, by its command-line name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum StepPath {
@@ -135,6 +146,11 @@ pub struct TrainArgs {
     /// The most distinct classes a classification target may have.
     #[arg(long, default_value_t = 1000, value_name = "N")]
     pub max_classes: usize,
+    /// The model: `mlp`, or `vit` (the vision transformer of
+    /// `examples/vit_digits.rs`, for `--dataset digits`; try `--optimizer
+    /// adamw`).
+    #[arg(long, value_enum, default_value = "mlp")]
+    pub model: ModelName,
     /// Hidden layer widths, comma-separated.
     #[arg(
         long,
@@ -262,7 +278,11 @@ impl TrainArgs {
     pub fn step_path(&self) -> StepPath {
         match self.step {
             Some(path) => path,
-            None if self.optimizer == OptimizerName::Sgd && !self.amp && !self.is_group() => {
+            None if self.optimizer == OptimizerName::Sgd
+                && !self.amp
+                && !self.is_group()
+                && self.model == ModelName::Mlp =>
+            {
                 StepPath::Chain
             }
             None => StepPath::Tape,
@@ -318,6 +338,7 @@ impl TrainArgs {
             ));
         }
         self.check_checkpoints()?;
+        self.check_model()?;
         let lr = self.lr();
         if !(lr.is_finite() && lr > 0.0) {
             return Err(format!(
@@ -332,6 +353,36 @@ impl TrainArgs {
     /// The checkpoint directory in effect: --checkpoint-dir, else --resume's.
     pub fn checkpoint_dir(&self) -> Option<&PathBuf> {
         self.checkpoint_dir.as_ref().or(self.resume.as_ref())
+    }
+
+    /// `--model vit` takes the digits' images, through the tape, without
+    /// what saves or splits an MLP.
+    fn check_model(&self) -> Result<(), String> {
+        if self.model != ModelName::Vit {
+            return Ok(());
+        }
+        if self.csv.is_some() || self.dataset != BuiltIn::Digits || self.task() != Task::Classify {
+            return Err(
+                "--model vit classifies the 8×8 digits: use --dataset digits (no --csv, \
+                 no --task regress), or --model mlp"
+                    .into(),
+            );
+        }
+        let unsupported = [
+            (self.step == Some(StepPath::Chain), "--step chain"),
+            (self.amp, "--amp"),
+            (self.is_group(), "--devices / --distributed"),
+            (self.save.is_some(), "--save"),
+            (self.predictions.is_some(), "--predictions"),
+            (self.checkpoint_every.is_some(), "--checkpoint-every"),
+            (self.resume.is_some(), "--resume"),
+        ];
+        match unsupported.iter().find(|(given, _)| *given) {
+            Some((_, flag)) => Err(format!(
+                "{flag} is not supported with --model vit yet: drop it, or use --model mlp"
+            )),
+            None => Ok(()),
+        }
     }
 
     fn check_checkpoints(&self) -> Result<(), String> {

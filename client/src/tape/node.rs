@@ -1,7 +1,7 @@
 //! What a tape records per value: its device buffer, shape, whether it is
 //! tracked, and the operation that made it (its inputs named by index).
 
-use cistern_runtime::{Activation, BinaryOp, DropoutSpec};
+use cistern_runtime::{Activation, BinaryOp, DropoutSpec, MaxDimSpec};
 
 use super::classify::{BceRecord, ClassLossRecord};
 use super::layers::{EmbeddingRecord, LayerNormRecord};
@@ -125,6 +125,13 @@ pub(super) enum Op {
         weight: VarIndex,
         record: Box<EmbeddingRecord>,
     },
+    /// The maximum over one dimension; `indices` (`i32` words, one per
+    /// value) say where each came from.
+    MaxDim {
+        input: VarIndex,
+        spec: MaxDimSpec,
+        indices: Buffer,
+    },
 }
 
 impl Op {
@@ -159,7 +166,9 @@ impl Op {
                 ..
             } => std::iter::once(input).chain(weight).chain(bias).collect(),
             Op::Embedding { weight, .. } => vec![weight],
-            Op::Dropout { input, .. } | Op::Narrow { input, .. } => vec![input],
+            Op::Dropout { input, .. } | Op::Narrow { input, .. } | Op::MaxDim { input, .. } => {
+                vec![input]
+            }
             Op::Cat { ref inputs } => inputs.clone(),
             Op::MseLoss { pred, target } => vec![pred, target],
         }

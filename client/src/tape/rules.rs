@@ -182,6 +182,16 @@ impl Tape {
                     out.push((weight, Grad::Device(g)));
                 }
             }
+            Op::MaxDim {
+                input,
+                spec,
+                indices,
+            } => {
+                if reached(&input) {
+                    let g = self.max_dim_gradient(input, spec, &indices, grad, sinks)?;
+                    out.push((input, Grad::Device(g)));
+                }
+            }
             Op::Permute { input, order } => {
                 if reached(&input) {
                     let g = self.permute_gradient(input, &order, &shape, grad, sinks)?;

@@ -1,9 +1,10 @@
 //! The gradient rules of the broadcasting operations, the reductions over
 //! dimensions and the views: a broadcast operand's gradient is summed over
 //! the dimensions it was broadcast along; a sum's is expanded back; a
-//! permutation's is permuted back; a reshape's passes through.
+//! permutation's is permuted back; a reshape's passes through; a
+//! maximum's goes to the index each value came from.
 
-use cistern_runtime::{BinaryOp, KernelLaunch};
+use cistern_runtime::{BinaryOp, KernelLaunch, MaxDimSpec};
 
 use super::backward::Grad;
 use super::node::VarIndex;
@@ -154,6 +155,23 @@ impl Tape {
         let spec = permute_spec(shape, &inverse);
         self.gradient_of(input, len, sinks, |out| {
             KernelLaunch::strided_sum(spec, g.whole(), out)
+        })
+    }
+
+    /// The gradient of a maximum over one dimension: each of the value's
+    /// gradients at its index, zeros elsewhere (one kernel).
+    pub(super) fn max_dim_gradient(
+        &self,
+        input: VarIndex,
+        spec: MaxDimSpec,
+        indices: &Buffer,
+        grad: &Grad,
+        sinks: &mut Sinks,
+    ) -> Result<Buffer, AutodiffError> {
+        let (outputs, inputs) = (spec.outer * spec.inner, spec.outer * spec.dim * spec.inner);
+        let g = self.materialize(grad, outputs as usize)?;
+        self.gradient_of(input, inputs as usize, sinks, |out| {
+            KernelLaunch::max_dim_backward(spec, indices.whole(), g.whole(), out)
         })
     }
 }

@@ -1,8 +1,8 @@
 //! Reductions over dimensions and views, forward: `sum_dim`, `mean_dim`,
-//! `reshape` (free), `permute` and `transpose` (a strided copy).
+//! `max_dim`, `reshape` (free), `permute` and `transpose` (a strided copy).
 //! `docs/tape.md` has their shape rules.
 
-use cistern_runtime::KernelLaunch;
+use cistern_runtime::{KernelLaunch, MaxDimSpec};
 
 use super::node::Op;
 use super::strides::{axis, check_rank, permute_spec, sum_dims_spec};
@@ -73,6 +73,45 @@ impl Tape {
             mean,
         };
         Ok(self.record(out, shape, op))
+    }
+
+    /// The maximum over dimension `dim` (negative counts from the end), as
+    /// the values of PyTorch's `torch.max(input, dim, keepdim)`: with
+    /// `keepdim` the dimension stays as a 1, else it is removed. Backward
+    /// routes each gradient to the index PyTorch returns, the first
+    /// maximal element (a NaN counts as the largest: the first NaN wins).
+    pub fn max_dim(
+        &self,
+        input: &Var<'_>,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<Var<'_>, AutodiffError> {
+        let input = self.operand(input)?;
+        let d = axis("max_dim", dim, input.shape.len())?;
+        let spec = MaxDimSpec {
+            outer: input.shape[..d].iter().product::<usize>() as u64,
+            dim: input.shape[d] as u64,
+            inner: input.shape[d + 1..].iter().product::<usize>() as u64,
+        };
+        let mut shape = input.shape.clone();
+        match keepdim {
+            true => shape[d] = 1,
+            false => _ = shape.remove(d),
+        }
+        let len = checked_len(&shape)?;
+        let (values, indices) = (self.reserve(len)?, self.reserve(len)?);
+        self.launch(KernelLaunch::max_dim(
+            spec,
+            input.value.whole(),
+            values.whole(),
+            indices.whole(),
+        ))?;
+        let op = Op::MaxDim {
+            input: input.index,
+            spec,
+            indices,
+        };
+        Ok(self.record(values, shape, op))
     }
 
     /// The same elements under `shape`, as PyTorch's `reshape`: one

@@ -39,7 +39,7 @@ fn reduction(value: &Value) -> Reduction {
 }
 
 /// A client on every device present, with its relative tolerance.
-fn clients() -> Vec<(ComputeClient, f32)> {
+pub(super) fn clients() -> Vec<(ComputeClient, f32)> {
     list_devices()
         .into_iter()
         .map(|info| {
@@ -55,7 +55,7 @@ fn clients() -> Vec<(ComputeClient, f32)> {
         .collect()
 }
 
-fn assert_matches(got: &[f32], want: &[f32], relative: f32, what: &str) {
+pub(super) fn assert_matches(got: &[f32], want: &[f32], relative: f32, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let scale = want.iter().fold(0.0f32, |m, w| m.max(w.abs()));
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {

@@ -17,7 +17,8 @@ use crate::parallel::MIN_PARALLEL;
 
 mod rows;
 
-use rows::{exp, row_log_sum_exp, scaled_softmax};
+pub(crate) use rows::exp;
+use rows::{row_log_sum_exp, scaled_softmax};
 
 /// How a per-row loss is reduced, as PyTorch's `reduction`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -8,18 +8,27 @@ const GELU_KAPPA: f32 = 0.044715;
 const FRAC_1_SQRT_2: f32 = 0.70710678;
 const FRAC_1_SQRT_2PI: f32 = 0.39894228;
 
-// erfc(z) for z >= 0 (Numerical Recipes' erfcc: relative error < 1.2e-7).
-fn erfc_positive(z: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.5 * z);
+// (Φ(−a), φ(a)) for a >= 0, as the CPU's `normal_tail` (activation.rs):
+// ½·erfc(a/√2) by Numerical Recipes' erfcc (relative error < 1.2e-7), its
+// −a²/2 as −h²/2 (exact: h is a with its low 12 bits cleared) plus the small
+// −(a − h)(a + h)/2, each through its own exp, so that the tail stays
+// relatively accurate; both 0 from a = 13 (Φ below f32's normal range).
+fn normal_tail(a: f32) -> vec2<f32> {
+    if (a >= 13.0) { return vec2<f32>(0.0, 0.0); }
+    let t = 1.0 / (1.0 + a * (0.5 * FRAC_1_SQRT_2));
     let poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418
         + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587
         + t * (-0.82215223 + t * 0.17087277))))))));
-    return t * exp(-z * z + poly);
+    let h = bitcast<f32>(bitcast<u32>(a) & 0xfffff000u);
+    let big = exp(-0.5 * h * h);
+    let small = -0.5 * (a - h) * (a + h);
+    return vec2<f32>(0.5 * t * big * exp(small + poly), big * exp(small) * FRAC_1_SQRT_2PI);
 }
 
-fn erfc(z: f32) -> f32 {
-    if (z >= 0.0) { return erfc_positive(z); }
-    return 2.0 - erfc_positive(-z);
+// (Φ(x), φ(x)).
+fn normal_cdf(x: f32) -> vec2<f32> {
+    let n = normal_tail(abs(x));
+    return vec2<f32>(select(1.0 - n.x, n.x, x < 0.0), n.y);
 }
 
 // tanh to about an ulp: drivers may compute the builtin as
@@ -47,7 +56,7 @@ fn activate(code: u32, slope: f32, x: f32) -> f32 {
         case 0u: { return x; }
         case 1u: { return select(x, 0.0, x < 0.0); }
         case 2u: { return select(x * slope, x, x > 0.0); }
-        case 3u: { return x * 0.5 * erfc(-x * FRAC_1_SQRT_2); }
+        case 3u: { return x * normal_cdf(x).x; }
         case 4u: {
             let inner = SQRT_2_OVER_PI * (x + GELU_KAPPA * x * x * x);
             return 0.5 * x * (1.0 + tanh_safe(inner));
@@ -63,9 +72,8 @@ fn gradient(code: u32, slope: f32, x: f32, g: f32) -> f32 {
         case 1u: { return select(0.0, g, x > 0.0); }
         case 2u: { return select(g * slope, g, x > 0.0); }
         case 3u: {
-            let cdf = 0.5 * erfc(-x * FRAC_1_SQRT_2);
-            let pdf = exp(-0.5 * x * x) * FRAC_1_SQRT_2PI;
-            return g * (cdf + x * pdf);
+            let n = normal_cdf(x);
+            return g * (n.x + x * n.y);
         }
         case 4u: {
             let x_sq = x * x;

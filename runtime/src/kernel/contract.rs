@@ -7,7 +7,7 @@
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
-    EmbeddingSpec, GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, SumSpec,
+    EmbeddingSpec, GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MaxDimSpec, SumSpec,
 };
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
@@ -166,6 +166,14 @@ pub enum ShapeRule<'a> {
     Embedding {
         /// The shape.
         spec: &'a EmbeddingSpec,
+        /// Whether this is the backward.
+        backward: bool,
+    },
+    /// A maximum over one dimension (or its backward): the input
+    /// `outer×dim×inner`, the values and indices `outer×inner`.
+    MaxDim {
+        /// The shape.
+        spec: &'a MaxDimSpec,
         /// Whether this is the backward.
         backward: bool,
     },
@@ -412,6 +420,24 @@ impl Kernel {
                     backward: true,
                 },
             ),
+            Kernel::MaxDim(spec) => contract(
+                "max_dim",
+                KernelId::MaxDim,
+                &[R, W, W],
+                ShapeRule::MaxDim {
+                    spec,
+                    backward: false,
+                },
+            ),
+            Kernel::MaxDimBackward(spec) => contract(
+                "max_dim_backward",
+                KernelId::MaxDimBackward,
+                &[R, R, W],
+                ShapeRule::MaxDim {
+                    spec,
+                    backward: true,
+                },
+            ),
         }
     }
 }
@@ -482,6 +508,7 @@ impl ShapeRule<'_> {
             ShapeRule::Dropout { spec } => Some(spec.validate()),
             ShapeRule::Gather { spec } => Some(spec.validate()),
             ShapeRule::Batched { spec } => Some(spec.validate()),
+            ShapeRule::MaxDim { spec, .. } => Some(spec.validate()),
             _ => None,
         };
         if let Some(checked) = walk {
@@ -677,6 +704,18 @@ impl ShapeRule<'_> {
                     expect(0, table, "weight")?;
                     expect(1, Some(spec.rows), "indices")?;
                     expect(2, rows, "out")
+                }
+            }
+            ShapeRule::MaxDim { spec, backward } => {
+                let (input, outputs) = (spec.inputs(), spec.outputs());
+                if backward {
+                    expect(0, outputs, "indices")?;
+                    expect(1, outputs, "grad_out")?;
+                    expect(2, input, "grad_x")
+                } else {
+                    expect(0, input, "x")?;
+                    expect(1, outputs, "values")?;
+                    expect(2, outputs, "indices")
                 }
             }
         }

@@ -3,7 +3,7 @@
 
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GatherSpec, GemmSpec, LayerNormSpec, MapOp, ScaleRule, SumSpec,
+    GatherSpec, GemmSpec, LayerNormSpec, MapOp, MaxDimSpec, ScaleRule, SumSpec,
 };
 
 use super::{Binding, Kernel, KernelLaunch};
@@ -309,5 +309,22 @@ impl KernelLaunch {
     ) -> Self {
         let kernel = Kernel::EmbeddingBackward(Box::new(spec));
         Self::new(kernel, vec![indices, grad_out, grad_weight])
+    }
+
+    /// `MaxDim`: `values`, `indices` ← the maximum over the middle
+    /// dimension of `x` and its first index.
+    pub fn max_dim(spec: MaxDimSpec, x: Binding, values: Binding, indices: Binding) -> Self {
+        Self::new(Kernel::MaxDim(Box::new(spec)), vec![x, values, indices])
+    }
+
+    /// `MaxDimBackward`: `grad_x` ← each `grad_out` at its index, 0 elsewhere.
+    pub fn max_dim_backward(
+        spec: MaxDimSpec,
+        indices: Binding,
+        grad_out: Binding,
+        grad_x: Binding,
+    ) -> Self {
+        let kernel = Kernel::MaxDimBackward(Box::new(spec));
+        Self::new(kernel, vec![indices, grad_out, grad_x])
     }
 }

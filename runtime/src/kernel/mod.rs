@@ -27,7 +27,8 @@ pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
     Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, ScaleRule, SumSpec,
+    GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, MaxDimSpec, ScaleRule,
+    SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -187,6 +188,14 @@ pub enum Kernel {
     /// words), `counter` (one `u32` word, the step; advanced), `x`
     /// (`batch×width`), `y` (`batch×target_width`).
     BatchGather(Box<GatherSpec>),
+    /// The maximum over one dimension and the index of its first maximal
+    /// element (`cistern_kernels::max_dim`): bindings `x`
+    /// (`outer×dim×inner`), `values` and `indices` (`outer×inner`, the
+    /// indices `i32` words).
+    MaxDim(Box<MaxDimSpec>),
+    /// Its gradient, routed to that index: bindings `indices`, `grad_out`
+    /// (`outer×inner`), `grad_x` (`outer×dim×inner`, overwritten).
+    MaxDimBackward(Box<MaxDimSpec>),
 }
 
 impl Kernel {

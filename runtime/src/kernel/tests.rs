@@ -111,6 +111,13 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
     };
     launches.push(KernelLaunch::batched_gemm(batched, b, b, b));
     launches.push(KernelLaunch::embedding_backward(lookup, b, b, b));
+    let max = cistern_kernels::MaxDimSpec {
+        outer: 1,
+        dim: 1,
+        inner: 1,
+    };
+    launches.push(KernelLaunch::max_dim(max, b, b, b));
+    launches.push(KernelLaunch::max_dim_backward(max, b, b, b));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));
         launches.push(KernelLaunch::softmax_backward(b, b, 1, 1, log, b));

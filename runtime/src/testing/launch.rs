@@ -60,7 +60,9 @@ pub(super) fn run_launch(
         | Kernel::EmbeddingBackward(_)
         | Kernel::Dropout(_)
         | Kernel::BatchGather(_)
-        | Kernel::BatchedGemm(_) => {}
+        | Kernel::BatchedGemm(_)
+        | Kernel::MaxDim(_)
+        | Kernel::MaxDimBackward(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

@@ -83,7 +83,9 @@ pub struct ClassSummary {
     pub dataset: String,
     /// The device trained on.
     pub device: String,
-    /// Hidden widths.
+    /// `mlp` or `vit`.
+    pub model: &'static str,
+    /// Hidden widths (of an MLP).
     pub layers: Vec<usize>,
     /// Hidden activation.
     pub activation: String,
@@ -148,10 +150,16 @@ impl ClassSummary {
             ("device", self.device.clone()),
             (
                 "model",
-                format!(
-                    "MLP {:?} {}, {} parameters",
-                    self.layers, self.activation, self.parameters
-                ),
+                match self.model {
+                    "vit" => format!(
+                        "ViT (digits, d 64, 4 heads, 2 blocks), {} parameters",
+                        self.parameters
+                    ),
+                    _ => format!(
+                        "MLP {:?} {}, {} parameters",
+                        self.layers, self.activation, self.parameters
+                    ),
+                },
             ),
             (
                 "optimizer",

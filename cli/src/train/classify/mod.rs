@@ -14,17 +14,20 @@ mod metrics;
 mod model;
 mod plot;
 mod predict;
+mod vit;
 
 use std::time::Instant;
 
-use cistern_client::{ComputeClient, CrossEntropyOptions, Tensor};
+use cistern_client::{
+    ComputeClient, CrossEntropyOptions, DeviceParamStore, ResidentDataset, Tensor,
+};
 use cistern_optim::OptimizerConfig;
 use cistern_runtime::{Device, DeviceOptions, FaultPlan};
 use serde_json::json;
 
 pub use predict::run_command as run_predict;
 
-use super::args::{StepPath, TrainArgs};
+use super::args::{ModelName, StepPath, TrainArgs};
 use super::batches::{Batches, Feed};
 use super::checkpoints::Checkpointing;
 use super::failure::Failure;
@@ -37,6 +40,77 @@ use data::ClassTable;
 use metrics::ClassSummary;
 use model::Classifier;
 use plot::AccuracyPoint;
+use vit::Vit;
+
+/// The model a classification run trains.
+enum Model {
+    Mlp(Classifier),
+    Vit(Vit),
+}
+
+impl Model {
+    /// One step (the chain's where `chain` is given, for an MLP); the
+    /// batch's loss before the update.
+    fn step(
+        &mut self,
+        (features, labels): (&Tensor<f32>, &[i64]),
+        options: &CrossEntropyOptions,
+        config: &OptimizerConfig,
+        chain: Option<&cistern_optim::SgdConfig>,
+    ) -> Result<f32, Failure> {
+        match (self, chain) {
+            (Model::Mlp(model), Some(sgd)) => model.chain_step(features, labels, options, sgd),
+            (Model::Mlp(model), None) => model.tape_step(features, labels, options, config),
+            (Model::Vit(model), _) => model.tape_step(features, labels, options, config),
+        }
+    }
+
+    fn logits(&self, features: &[f32]) -> Result<Vec<f32>, Failure> {
+        match self {
+            Model::Mlp(model) => model.logits(features),
+            Model::Vit(model) => model.logits(features),
+        }
+    }
+
+    /// The training part as a resident dataset, for an MLP's chain steps
+    /// (`None` for a ViT: its batches come from the host).
+    fn upload_dataset(
+        &self,
+        features: &Tensor<f32>,
+        labels: &[i64],
+        batch: usize,
+        seed: u64,
+    ) -> Result<Option<ResidentDataset>, Failure> {
+        match self {
+            Model::Mlp(model) => model
+                .upload_dataset(features, labels, batch, seed)
+                .map(Some),
+            Model::Vit(_) => Ok(None),
+        }
+    }
+
+    /// An MLP's chain step on the dataset's next batch, drawn on the device.
+    fn dataset_step(
+        &mut self,
+        dataset: &ResidentDataset,
+        options: &CrossEntropyOptions,
+        config: &cistern_optim::SgdConfig,
+    ) -> Result<f32, Failure> {
+        match self {
+            Model::Mlp(model) => model.dataset_step(dataset, options, config),
+            Model::Vit(_) => Err(Failure::Usage(
+                "a resident dataset steps an MLP's device chain only".into(),
+            )),
+        }
+    }
+
+    fn store(&self) -> &DeviceParamStore {
+        match self {
+            Model::Mlp(model) => model.store(),
+            Model::Vit(model) => model.store(),
+        }
+    }
+}
 
 /// A classification dataset as a regression table (its class index the
 /// target), for `--task regress`; `None` for the regression datasets.
@@ -123,13 +197,20 @@ fn train(
     }
     let mut checkpoints =
         Checkpointing::new(args, &table.name, &prepared.standardisation, &layout)?;
-    let mut model = match checkpoints.resume() {
-        Some(resume) => Classifier::restore(&client, layout.clone(), &resume.store)?,
-        None => Classifier::upload(
+    let mut model = match (args.model, checkpoints.resume()) {
+        (ModelName::Vit, _) => Model::Vit(Vit::new(&client, args.seed, width, classes)?),
+        (ModelName::Mlp, Some(resume)) => {
+            Model::Mlp(Classifier::restore(&client, layout.clone(), &resume.store)?)
+        }
+        (ModelName::Mlp, None) => Model::Mlp(Classifier::upload(
             &client,
             layout.clone(),
             &layout.initial_parameters(args.seed),
-        )?,
+        )?),
+    };
+    let (model_name, parameters) = match &model {
+        Model::Mlp(_) => ("mlp", layout.parameter_count()),
+        Model::Vit(vit) => ("vit", vit.parameter_count()),
     };
     let config = args.optimizer.config(args.lr());
     let chain = match (args.step_path(), &config) {
@@ -150,7 +231,10 @@ fn train(
             let labels = labels_of(&prepared.train.targets);
             let batch = args.batch.min(rows).max(1);
             let seed = Feed::device_seed(args.seed);
-            Feed::Device(model.upload_dataset(&features, &labels, batch, seed)?)
+            match model.upload_dataset(&features, &labels, batch, seed)? {
+                Some(dataset) => Feed::Device(dataset),
+                None => Feed::Host(Batches::new(rows, args.batch, args.seed)),
+            }
         }
         None => Feed::Host(Batches::new(prepared.train.rows(), args.batch, args.seed)),
     };
@@ -167,13 +251,14 @@ fn train(
         "rows": table.rows(),
         "features": width,
         "classes": classes,
+        "model": model_name,
         "layers": args.layers,
         "batch": feed.batch(),
         "optimizer": args.optimizer.name(),
         "lr": args.lr(),
         "steps": steps,
         "step": path,
-        "parameters": layout.parameter_count(),
+        "parameters": parameters,
     }));
     let validation_labels = part_labels(&prepared.validation);
     let every = (steps / EVALUATIONS).max(1);
@@ -189,10 +274,8 @@ fn train(
             (Feed::Host(batches), _) => {
                 let (features, targets) = batches.next(&prepared.train, width)?;
                 let labels = labels_of(targets.data());
-                match &chain {
-                    Some(sgd) => model.chain_step(&features, &labels, &options, sgd)?,
-                    None => model.tape_step(&features, &labels, &options, &config)?,
-                }
+                let batch = (&features, labels.as_slice());
+                model.step(batch, &options, &config, chain.as_ref())?
             }
             (Feed::Device(_), None) => {
                 return Err(Failure::Usage(
@@ -241,13 +324,17 @@ fn train(
         task: "classify",
         dataset: table.name.clone(),
         device: device.to_string(),
+        model: model_name,
         layers: args.layers.clone(),
-        activation: format!("{:?}", args.activation).to_lowercase(),
+        activation: match args.model {
+            ModelName::Vit => "gelu".into(),
+            ModelName::Mlp => format!("{:?}", args.activation).to_lowercase(),
+        },
         batch: feed.batch(),
         optimizer: args.optimizer.name(),
         lr: args.lr(),
         steps,
-        parameters: layout.parameter_count(),
+        parameters,
         classes: table.classes.clone(),
         train_rows: prepared.train.rows(),
         val_rows: prepared.validation.rows(),
@@ -306,8 +393,12 @@ fn keep(
     args: &TrainArgs,
     table: &ClassTable,
     prepared: &Prepared,
-    model: &Classifier,
+    model: &Model,
 ) -> Result<(), Failure> {
+    // `--save` and `--predictions` are refused for a ViT (`args.check`).
+    let Model::Mlp(model) = model else {
+        return Ok(());
+    };
     if let Some(path) = &args.save {
         let mut standardisation = prepared.standardisation.clone();
         // Outputs are logits: nothing to un-standardise.

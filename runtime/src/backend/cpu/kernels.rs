@@ -209,6 +209,14 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
             let (indices, grad_out, grad) = (b.targets(0)?, b.read(1)?, b.write(2)?);
             cistern_kernels::embedding_backward(spec, indices, grad_out, grad).map_err(refused)?;
         }
+        Kernel::MaxDim(spec) => {
+            let (x, values, indices) = (b.read(0)?, b.write(1)?, b.words_mut(2)?);
+            cistern_kernels::max_dim(spec, x, values, indices).map_err(refused)?;
+        }
+        Kernel::MaxDimBackward(spec) => {
+            let (indices, grad_out, grad) = (b.targets(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::max_dim_backward(spec, indices, grad_out, grad).map_err(refused)?;
+        }
     }
     Ok(())
 }
@@ -313,6 +321,11 @@ impl<'a> Bound<'a> {
     }
 
     fn write(&self, index: usize) -> Result<&'a mut [f32], KernelFault> {
+        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?).map_err(|e| malformed(e.to_string()))
+    }
+
+    /// A written binding of `i32` words (indices a kernel produces).
+    fn words_mut(&self, index: usize) -> Result<&'a mut [i32], KernelFault> {
         bytemuck::try_cast_slice_mut(self.bytes_mut(index)?).map_err(|e| malformed(e.to_string()))
     }
 }

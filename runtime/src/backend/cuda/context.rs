@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 34] = [
+const FUNCTIONS: [&str; 36] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -56,6 +56,8 @@ const FUNCTIONS: [&str; 34] = [
     "cistern_dropout",
     "cistern_batch_gather",
     "cistern_batch_gather_advance",
+    "cistern_max_dim",
+    "cistern_max_dim_backward",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

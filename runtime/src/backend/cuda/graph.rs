@@ -118,7 +118,9 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::EmbeddingBackward(_)
         | Kernel::Dropout(_)
         | Kernel::BatchGather(_)
-        | Kernel::BatchedGemm(_) => true,
+        | Kernel::BatchedGemm(_)
+        | Kernel::MaxDim(_)
+        | Kernel::MaxDimBackward(_) => true,
     }
 }
 

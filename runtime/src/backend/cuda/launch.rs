@@ -387,6 +387,21 @@ impl Launcher<'_> {
                 args.extend(shape);
                 self.stride("cistern_embedding_backward", spec.dim, &args)
             }
+            Kernel::MaxDim(spec) | Kernel::MaxDimBackward(spec) => {
+                let (name, n) = match launch.kernel {
+                    Kernel::MaxDim(_) => ("cistern_max_dim", spec.outputs()),
+                    _ => ("cistern_max_dim_backward", spec.inputs()),
+                };
+                let n = n.ok_or_else(|| malformed("max_dim: the sizes overflow"))?;
+                let shape = [
+                    Arg::U64(spec.outer),
+                    Arg::U64(spec.dim),
+                    Arg::U64(spec.inner),
+                ];
+                let mut args = vec![p(0)?, p(1)?, p(2)?];
+                args.extend(shape);
+                self.stride(name, n, &args)
+            }
             Kernel::MseLoss => {
                 let n = b.same_floats(&[0, 1])?;
                 if n == 0 {

@@ -7,7 +7,7 @@
 
 use cistern_kernels::{
     Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GatherSpec, LayerNormSpec,
-    MapOp, Reduction, SumSpec,
+    MapOp, MaxDimSpec, Reduction, SumSpec,
 };
 use cistern_optim::{LambConfig, OptimizerConfig};
 
@@ -73,6 +73,8 @@ const DROPOUT: Entry = entry(Module::Reduce, "dropout", 2);
 const EMBEDDING_BACKWARD: Entry = entry(Module::Reduce, "embedding_backward", 3);
 const BATCH_GATHER: Entry = entry(Module::Reduce, "batch_gather", 5);
 const BATCH_GATHER_ADVANCE: Entry = entry(Module::Reduce, "batch_gather_advance", 1);
+const MAX_DIM: Entry = entry(Module::Reduce, "max_dim", 3);
+const MAX_DIM_BACKWARD: Entry = entry(Module::Reduce, "max_dim_backward", 3);
 const BROADCAST_BINARY: Entry = Entry {
     table: true,
     ..entry(Module::Strided, "broadcast_binary", 3)
@@ -320,6 +322,17 @@ impl GpuContext {
                 self.embedding(EMBEDDING_BACKWARD, spec, &slices, spec.dim)
                     .map_err(refused)
             }
+            Kernel::MaxDim(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                let items = spec.outputs().unwrap_or(u64::MAX);
+                self.max_dim(MAX_DIM, spec, &slices, items).map_err(refused)
+            }
+            Kernel::MaxDimBackward(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?];
+                let items = spec.inputs().unwrap_or(u64::MAX);
+                self.max_dim(MAX_DIM_BACKWARD, spec, &slices, items)
+                    .map_err(refused)
+            }
         }
     }
 
@@ -415,6 +428,31 @@ impl GpuContext {
         params.u[9] = u32_of(spec.dim)?;
         params.u[10] = u32_of(spec.vocab)?;
         params.u[13] = f32::NAN.to_bits();
+        let dispatch = self.dispatch(entry, windows, None, params, items)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// A maximum over one dimension or its backward over `items`
+    /// invocations (`max.wgsl`).
+    fn max_dim(
+        &self,
+        entry: Entry,
+        spec: &MaxDimSpec,
+        slices: &[&GpuSlice; 3],
+        items: u64,
+    ) -> Result<Plan<'static>, ServerError> {
+        u32_of(spec.inputs().unwrap_or(u64::MAX))?;
+        if items == 0 {
+            return Ok(Plan::Nothing);
+        }
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut params = Params::new(0, &[]);
+        params.u[8] = u32_of(spec.outer)?;
+        params.u[9] = u32_of(spec.dim)?;
+        params.u[10] = u32_of(spec.inner)?;
         let dispatch = self.dispatch(entry, windows, None, params, items)?;
         Ok(Plan::Dispatches(vec![dispatch]))
     }

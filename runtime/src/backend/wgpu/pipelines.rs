@@ -43,7 +43,7 @@ impl Module {
             Module::Elementwise => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE],
             Module::ElementwiseVec4 => &[wgsl::ACTIVATION, wgsl::ELEMENTWISE_VEC4],
             Module::Gemm => &[wgsl::ACTIVATION, wgsl::GEMM],
-            Module::Reduce => &[wgsl::REDUCE, wgsl::CLASSIFY, wgsl::NORM],
+            Module::Reduce => &[wgsl::REDUCE, wgsl::CLASSIFY, wgsl::NORM, wgsl::MAX],
             Module::Optimizer => &[wgsl::STEP, wgsl::OPTIMIZER],
             Module::OptimizerVec4 => &[wgsl::STEP, wgsl::OPTIMIZER_VEC4],
             Module::Amp => &[wgsl::AMP],

@@ -1,0 +1,164 @@
+//! The small vision transformer of issue 44, on 8×8 images: one definition
+//! for `examples/vit_digits.rs` and `cistern train --model vit`. Each image
+//! is 8 row tokens of 8 pixels; a linear patch embedding, a class token and
+//! learned position embeddings, 2 pre-norm encoder blocks (d = 64, 4 heads,
+//! a GELU MLP of 128, dropout 0.1), a layer norm and a linear head on the
+//! class token.
+//!
+//! The class token is a learned `[1, 1, 64]` parameter broadcast over the
+//! batch and put first (`cat`); the head reads it back with `narrow`.
+
+use cistern_client::{AutodiffError, ShapeError, Tape, Tensor, Var};
+use cistern_memory::SplitMix64;
+
+/// Rows of an image: its patch tokens.
+pub const ROWS: usize = 8;
+/// Tokens: the class token and the rows.
+pub const TOKENS: usize = ROWS + 1;
+/// Pixels of a row: a token's input width.
+pub const PIXELS: usize = 8;
+/// The model width.
+pub const D: usize = 64;
+/// Attention heads.
+pub const HEADS: usize = 4;
+/// The MLP's hidden width.
+pub const HIDDEN: usize = 128;
+/// Classes of the head.
+pub const CLASSES: usize = 10;
+/// Encoder blocks.
+pub const BLOCKS: usize = 2;
+/// Dropout after attention and after the MLP, when training.
+pub const DROPOUT: f32 = 0.1;
+
+/// The parameters' initial values, in the order [`forward`] takes them: a
+/// weight `[in, out]` uniform in ±1/√in, a bias or position table small,
+/// a norm's weight 1 and bias 0.
+pub fn parameters(rng: &mut SplitMix64) -> Result<Vec<Tensor<f32>>, ShapeError> {
+    let mut params = Vec::new();
+    let weight = |rng: &mut SplitMix64, shape: &[usize], bound: f64| {
+        let n = shape.iter().product();
+        let data = (0..n).map(|_| rng.uniform(-bound, bound) as f32).collect();
+        Tensor::new(shape.to_vec(), data)
+    };
+    let linear = |rng: &mut SplitMix64, fan_in: usize, fan_out: usize, params: &mut Vec<_>| {
+        let bound = 1.0 / (fan_in as f64).sqrt();
+        params.push(weight(rng, &[fan_in, fan_out], bound));
+        params.push(weight(rng, &[fan_out], bound));
+    };
+    linear(rng, PIXELS, D, &mut params);
+    params.push(weight(rng, &[1, 1, D], 0.02));
+    params.push(weight(rng, &[TOKENS, D], 0.02));
+    for _ in 0..BLOCKS {
+        params.push(Tensor::full([D], 1.0));
+        params.push(Tensor::full([D], 0.0));
+        for _ in 0..4 {
+            linear(rng, D, D, &mut params);
+        }
+        params.push(Tensor::full([D], 1.0));
+        params.push(Tensor::full([D], 0.0));
+        linear(rng, D, HIDDEN, &mut params);
+        linear(rng, HIDDEN, D, &mut params);
+    }
+    params.push(Tensor::full([D], 1.0));
+    params.push(Tensor::full([D], 0.0));
+    linear(rng, D, CLASSES, &mut params);
+    params.into_iter().collect()
+}
+
+/// Where each dropout's seed comes from: a fresh one per call while
+/// training; none (no dropout) when evaluating.
+#[derive(Debug)]
+pub struct Dropout {
+    seed: Option<u64>,
+}
+
+impl Dropout {
+    /// Dropout on, its seeds counting up from `seed` (use a new range per
+    /// step: a forward takes 4).
+    pub fn training(seed: u64) -> Self {
+        Dropout { seed: Some(seed) }
+    }
+
+    /// Dropout off.
+    pub fn off() -> Self {
+        Dropout { seed: None }
+    }
+
+    fn apply<'t>(&mut self, tape: &'t Tape, x: &Var<'t>) -> Result<Var<'t>, AutodiffError> {
+        match &mut self.seed {
+            Some(seed) => {
+                *seed += 1;
+                tape.dropout(x, DROPOUT, *seed)
+            }
+            None => Ok(*x),
+        }
+    }
+}
+
+/// `[b, 1, 64]` zeros, over which the class token is broadcast.
+pub fn zeros(b: usize) -> Result<Tensor<f32>, ShapeError> {
+    Tensor::full([b, 1, D], 0.0)
+}
+
+/// `x·w + b` over the last dimension.
+fn dense<'t>(
+    tape: &'t Tape,
+    x: &Var<'t>,
+    p: &mut std::slice::Iter<'_, Var<'t>>,
+) -> Result<Var<'t>, AutodiffError> {
+    let (w, b) = (next(p)?, next(p)?);
+    tape.add(&tape.matmul(x, &w)?, &b)
+}
+
+fn next<'t>(p: &mut std::slice::Iter<'_, Var<'t>>) -> Result<Var<'t>, AutodiffError> {
+    p.next()
+        .copied()
+        .ok_or_else(|| AutodiffError::InvalidArgument("vit: too few parameters".into()))
+}
+
+/// `[B, T, D]` as `[B, heads, T, D/heads]`, and back.
+fn split_heads<'t>(tape: &'t Tape, x: &Var<'t>, b: usize) -> Result<Var<'t>, AutodiffError> {
+    let x = tape.reshape(x, &[b as isize, TOKENS as isize, HEADS as isize, -1])?;
+    tape.permute(&x, &[0, 2, 1, 3])
+}
+
+fn merge_heads<'t>(tape: &'t Tape, x: &Var<'t>, b: usize) -> Result<Var<'t>, AutodiffError> {
+    let x = tape.permute(x, &[0, 2, 1, 3])?;
+    tape.reshape(&x, &[b as isize, TOKENS as isize, D as isize])
+}
+
+/// The logits `[B, 10]` of `images` (`[B, 8, 8]`) under `params` (as
+/// [`parameters`] orders them); `zeros` is [`zeros`]`(B)` on the tape.
+pub fn forward<'t>(
+    tape: &'t Tape,
+    params: &[Var<'t>],
+    images: &Var<'t>,
+    zeros: &Var<'t>,
+    dropout: &mut Dropout,
+) -> Result<Var<'t>, AutodiffError> {
+    let b = images.shape().first().copied().unwrap_or(0);
+    let mut p = params.iter();
+    let patches = dense(tape, images, &mut p)?;
+    let class = tape.add(zeros, &next(&mut p)?)?;
+    let mut x = tape.cat(&[&class, &patches], 1)?;
+    x = tape.add(&x, &next(&mut p)?)?;
+    for _ in 0..BLOCKS {
+        let (g, beta) = (next(&mut p)?, next(&mut p)?);
+        let h = tape.layer_norm(&x, &[D], Some(&g), Some(&beta), 1e-5)?;
+        let q = split_heads(tape, &dense(tape, &h, &mut p)?, b)?;
+        let k = split_heads(tape, &dense(tape, &h, &mut p)?, b)?;
+        let v = split_heads(tape, &dense(tape, &h, &mut p)?, b)?;
+        let attended = tape.scaled_dot_product_attention(&q, &k, &v, None, false)?;
+        let attended = dense(tape, &merge_heads(tape, &attended, b)?, &mut p)?;
+        x = tape.add(&x, &dropout.apply(tape, &attended)?)?;
+        let (g, beta) = (next(&mut p)?, next(&mut p)?);
+        let h = tape.layer_norm(&x, &[D], Some(&g), Some(&beta), 1e-5)?;
+        let h = tape.gelu(&dense(tape, &h, &mut p)?)?;
+        let h = dense(tape, &h, &mut p)?;
+        x = tape.add(&x, &dropout.apply(tape, &h)?)?;
+    }
+    let (g, beta) = (next(&mut p)?, next(&mut p)?);
+    let x = tape.layer_norm(&x, &[D], Some(&g), Some(&beta), 1e-5)?;
+    let token = tape.reshape(&tape.narrow(&x, 1, 0, 1)?, &[b as isize, D as isize])?;
+    dense(tape, &token, &mut p)
+}
