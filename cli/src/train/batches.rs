@@ -1,10 +1,11 @@
-//! The batch order: each pass over the training part is a seeded shuffle
-//! cut into full batches (the last partial one is dropped, so every step
+//! The batch order: each pass over the training part is a seeded
+//! permutation cut into full batches (the last partial one is dropped, so every step
 //! has the same shape), gathered on the host ([`Batches`]) or drawn on the
 //! device from the part uploaded once ([`Feed::Device`]).
 
 use cistern_client::{DeviceParamStore, ResidentDataset, Tensor};
 use cistern_memory::SplitMix64;
+use cistern_runtime::GatherSpec;
 
 use super::failure::Failure;
 use super::prep::Part;
@@ -52,42 +53,46 @@ impl Feed {
     }
 }
 
-/// An endless, seeded sequence of batches of one part.
+/// An endless, seeded sequence of batches of one part, gathered on the
+/// host: the very rows the device draws for a resident dataset of the same
+/// seed ([`GatherSpec::row`]), so every path trains on one order.
 #[derive(Debug)]
 pub struct Batches {
-    order: Vec<usize>,
-    next: usize,
-    batch: usize,
-    rng: SplitMix64,
+    spec: GatherSpec,
+    step: u64,
 }
 
 impl Batches {
     /// Batches of `batch` rows (at most the rows held) of a part of `rows` rows.
     pub fn new(rows: usize, batch: usize, seed: u64) -> Self {
+        let rows = u32::try_from(rows).unwrap_or(u32::MAX).max(1);
+        let batch = u32::try_from(batch).unwrap_or(u32::MAX).min(rows).max(1);
         Batches {
-            order: (0..rows).collect(),
-            next: rows,
-            batch: batch.min(rows).max(1),
-            rng: SplitMix64::derived(seed, 2),
+            spec: GatherSpec {
+                rows,
+                width: 1,
+                target_width: 1,
+                batch,
+                seed: Feed::device_seed(seed),
+            },
+            step: 0,
         }
     }
 
     /// Rows per batch.
     pub fn batch(&self) -> usize {
-        self.batch
+        self.spec.batch as usize
     }
 
     /// Full batches per pass.
     pub fn per_epoch(&self) -> usize {
-        self.order.len() / self.batch
+        self.spec.per_epoch() as usize
     }
 
     /// Passes over the next `count` batches without gathering them: where
     /// a resumed run's order stands after `count` steps.
     pub fn skip(&mut self, count: u64) {
-        for _ in 0..count {
-            self.advance();
-        }
+        self.step += count;
     }
 
     /// The next batch of `part`: features `batch × width`, targets `batch × 1`.
@@ -96,8 +101,12 @@ impl Batches {
         part: &Part,
         width: usize,
     ) -> Result<(Tensor<f32>, Tensor<f32>), String> {
-        let start = self.advance();
-        let rows = &self.order[start..start + self.batch];
+        let step =
+            u32::try_from(self.step).map_err(|_| format!("step {}: past 2^32 steps", self.step))?;
+        self.step += 1;
+        let rows: Vec<usize> = (0..self.spec.batch)
+            .map(|i| self.spec.row(step, i) as usize)
+            .collect();
         let features = rows
             .iter()
             .flat_map(|&r| part.features[r * width..(r + 1) * width].iter().copied())
@@ -106,22 +115,8 @@ impl Batches {
         let shaped =
             |shape: [usize; 2], data| Tensor::new(shape, data).map_err(|e| format!("batch: {e}"));
         Ok((
-            shaped([self.batch, width], features)?,
-            shaped([self.batch, 1], targets)?,
+            shaped([self.batch(), width], features)?,
+            shaped([self.batch(), 1], targets)?,
         ))
-    }
-
-    /// Where the next batch starts in the order, shuffled anew at the end
-    /// of a pass.
-    fn advance(&mut self) -> usize {
-        if self.next + self.batch > self.order.len() {
-            for i in (1..self.order.len()).rev() {
-                let j = self.rng.below(i as u64 + 1) as usize;
-                self.order.swap(i, j);
-            }
-            self.next = 0;
-        }
-        self.next += self.batch;
-        self.next - self.batch
     }
 }
