@@ -9,7 +9,7 @@ use cistern::runtime::{Activation, Device, DeviceOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = ComputeClient::open(Device::Cpu(0), DeviceOptions::with_memory_limit(64 << 20))?;
-    let shapes = [vec![16, 1], vec![16], vec![1, 16], vec![1]]; // y = f(x): 1 → 16 → 1
+    let shapes = [vec![1, 16], vec![16], vec![16, 1], vec![1]]; // [in, out]: 1 → 16 → 1
     let mut params = Vec::new();
     for (i, shape) in shapes.iter().enumerate() {
         let n: usize = shape.iter().product();

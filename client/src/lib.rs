@@ -36,5 +36,5 @@ pub use store::{
 };
 pub use tape::{
     BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,
-    Tape, TapeId, Tensor, Var,
+    Tape, TapeId, Tensor, Var, WeightLayout,
 };

@@ -509,7 +509,7 @@ pub fn the_device_chains_cross_entropy_step_matches_the_cpus(device: Device) {
         ok(Tensor::new(shape.to_vec(), data), "a tensor")
     };
     let x = tensor(&[12, 5]);
-    let params = [tensor(&[7, 5]), tensor(&[7]), tensor(&[4, 7]), tensor(&[4])];
+    let params = [tensor(&[5, 7]), tensor(&[7]), tensor(&[7, 4]), tensor(&[4])];
     let labels: Vec<i64> = (0..12).map(|r| [0, 3, 1, 2, -100][r % 5]).collect();
     let options = CrossEntropyOptions {
         weight: Some(vec![1.0, 0.5, 2.0, 1.5]),

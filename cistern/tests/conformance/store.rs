@@ -49,9 +49,9 @@ fn model(seed: u64) -> Model {
         x: random(&mut rng, &[8, 4]),
         y: random(&mut rng, &[8, 3]),
         params: vec![
-            random(&mut rng, &[6, 4]),
+            random(&mut rng, &[4, 6]),
             random(&mut rng, &[6]),
-            random(&mut rng, &[3, 6]),
+            random(&mut rng, &[6, 3]),
             random(&mut rng, &[3]),
         ],
     }

@@ -23,8 +23,9 @@ const WARMUP: usize = 2;
 const SAMPLES: usize = 15;
 const LAYERS: usize = 100;
 
-/// The layers' `(out, in)` sizes: inputs cycling through four widths,
-/// outputs varied, about `params` parameters in all (weights and biases).
+/// The layers' `(out, in)` sizes (their weights stored `[in, out]`):
+/// inputs cycling through four widths, outputs varied, about `params`
+/// parameters in all (weights and biases).
 fn layer_shapes(params: u64) -> Vec<(usize, usize)> {
     let widths = [256usize, 512, 1024, 2048];
     let weights = [1usize, 3, 2, 4, 6, 5];
@@ -46,7 +47,7 @@ pub fn run(optimizer: &str, params: u64) -> Result<(), String> {
     let mut rng = SplitMix64::new(0x5_70E);
     let mut tensors = Vec::with_capacity(2 * shapes.len());
     for &(n, k) in &shapes {
-        tensors.push(tensor(&[n, k], rng.non_zero_f32s(n * k, 0.05))?);
+        tensors.push(tensor(&[k, n], rng.non_zero_f32s(n * k, 0.05))?);
         tensors.push(tensor(&[n], rng.non_zero_f32s(n, 0.05))?);
     }
     let numel: usize = tensors.iter().map(Tensor::len).sum();

@@ -212,7 +212,7 @@ pub(super) fn parameters(rng: &mut SplitMix64) -> Result<Vec<Tensor<f32>>, Strin
     let mut params = Vec::new();
     for pair in LAYERS.windows(2) {
         let bound = 1.0 / (pair[0] as f32).sqrt();
-        params.push(tensor(rng, &[pair[1], pair[0]], bound)?);
+        params.push(tensor(rng, &[pair[0], pair[1]], bound)?);
         params.push(tensor(rng, &[pair[1]], bound)?);
     }
     Ok(params)

@@ -46,6 +46,10 @@ pub struct Resume {
     pub passed_over: Vec<String>,
 }
 
+/// The weight layout a checkpoint's run state names: `[in, out]`, the
+/// store's. Checkpoints without it hold `[out, in]` weights.
+const WEIGHT_LAYOUT: &str = "in-out";
+
 /// The arguments that must match for a checkpoint to resume this run.
 fn identity(args: &TrainArgs, dataset: &str) -> Value {
     json!({
@@ -60,6 +64,7 @@ fn identity(args: &TrainArgs, dataset: &str) -> Value {
         "validation": args.validation,
         "amp": args.amp,
         "step": format!("{:?}", args.step_path()).to_lowercase(),
+        "weight_layout": WEIGHT_LAYOUT,
     })
 }
 
@@ -91,6 +96,13 @@ fn resume(
             point.path.display()
         ))
     };
+    if state.identity.get("weight_layout") != Some(&json!(WEIGHT_LAYOUT)) {
+        return Err(Failure::Usage(format!(
+            "--resume {}: the checkpoint stores its weights [out, in], as builds before \
+             the [in, out] layout did; start a new run, or resume it with that build",
+            point.path.display()
+        )));
+    }
     if let Some(what) = differences(&state.identity, identity) {
         return Err(refuse(what));
     }

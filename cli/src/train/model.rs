@@ -55,14 +55,15 @@ impl Layout {
         Layout { widths, activation }
     }
 
-    /// Each parameter tensor's name and shape, weights `out×in` then bias.
+    /// Each parameter tensor's name and shape, weights `[in, out]` (the
+    /// store's layout) then bias.
     pub fn tensors(&self) -> Vec<(String, Vec<usize>)> {
         self.widths
             .windows(2)
             .enumerate()
             .flat_map(|(index, pair)| {
                 [
-                    (format!("layers.{index}.weight"), vec![pair[1], pair[0]]),
+                    (format!("layers.{index}.weight"), vec![pair[0], pair[1]]),
                     (format!("layers.{index}.bias"), vec![pair[1]]),
                 ]
             })
@@ -84,7 +85,7 @@ impl Layout {
             .iter()
             .map(|(name, shape)| {
                 let fan_in = if name.ends_with("weight") {
-                    shape[1]
+                    shape[0]
                 } else {
                     // A bias's fan-in is its layer's: the weight before it.
                     self.widths[self.layer_of(name)]

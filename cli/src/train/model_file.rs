@@ -14,8 +14,14 @@ use super::prep::Standardisation;
 
 /// The metadata key naming this file's layout version.
 const FORMAT_KEY: &str = "cistern.format";
-/// The layout version written; a loader refuses any other.
-const FORMAT: &str = "cistern-mlp-1";
+/// The layout version written: weights `[in, out]` (the store's layout).
+const FORMAT: &str = "cistern-mlp-2";
+/// The version before it: weights `[out, in]` (PyTorch's), read by
+/// transposing them. A loader refuses any other.
+const FORMAT_OUT_IN: &str = "cistern-mlp-1";
+/// The metadata key naming the weights' storage order, and its value.
+const WEIGHT_LAYOUT_KEY: &str = "cistern.weight_layout";
+const WEIGHT_LAYOUT: &str = "in-out";
 
 /// Everything a saved model holds.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +64,7 @@ impl SavedModel {
         let json = |value: &dyn erased::Json| value.to_json().map_err(|e| e.to_string());
         let metadata = HashMap::from([
             (FORMAT_KEY.to_string(), FORMAT.to_string()),
+            (WEIGHT_LAYOUT_KEY.to_string(), WEIGHT_LAYOUT.to_string()),
             ("layout".to_string(), json(&self.layout)?),
             ("standardisation".to_string(), json(&self.standardisation)?),
             ("columns".to_string(), json(&self.columns)?),
@@ -90,12 +97,21 @@ impl SavedModel {
                 .get(key)
                 .ok_or_else(|| format!("no `{key}` in its metadata: not a model saved by cistern"))
         };
-        if field(FORMAT_KEY)? != FORMAT {
-            return Err(format!(
-                "layout `{}`, this build reads `{FORMAT}`",
-                field(FORMAT_KEY)?
-            ));
-        }
+        let out_in = match field(FORMAT_KEY)?.as_str() {
+            FORMAT
+                if metadata.get(WEIGHT_LAYOUT_KEY).map(String::as_str) == Some(WEIGHT_LAYOUT) =>
+            {
+                false
+            }
+            FORMAT_OUT_IN => true,
+            format => {
+                return Err(format!(
+                    "layout `{format}` (weights {:?}), this build reads `{FORMAT}` \
+                     (weights `{WEIGHT_LAYOUT}`) and `{FORMAT_OUT_IN}`",
+                    metadata.get(WEIGHT_LAYOUT_KEY)
+                ));
+            }
+        };
         let parse = |key: &str| -> Result<serde_json::Value, String> {
             serde_json::from_str(field(key)?).map_err(|e| format!("metadata `{key}`: {e}"))
         };
@@ -132,19 +148,26 @@ impl SavedModel {
             let view = tensors
                 .tensor(&name)
                 .map_err(|_| format!("no tensor `{name}`"))?;
-            if view.dtype() != Dtype::F32 || view.shape() != shape.as_slice() {
+            let stored = match (out_in, &shape[..]) {
+                (true, &[inputs, outputs]) => vec![outputs, inputs],
+                _ => shape.clone(),
+            };
+            if view.dtype() != Dtype::F32 || view.shape() != stored.as_slice() {
                 return Err(format!(
-                    "tensor `{name}` is {:?} {:?}, the layout needs F32 {shape:?}",
+                    "tensor `{name}` is {:?} {:?}, the layout needs F32 {stored:?}",
                     view.dtype(),
                     view.shape()
                 ));
             }
-            let values = view
+            let values: Vec<f32> = view
                 .data()
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect();
-            parameters.push(values);
+            parameters.push(match stored[..] {
+                [rows, cols] if out_in => transposed(&values, rows, cols),
+                _ => values,
+            });
         }
         Ok(SavedModel {
             layout,
@@ -155,6 +178,13 @@ impl SavedModel {
             classes,
         })
     }
+}
+
+/// A row-major `rows×cols` matrix transposed (`cols×rows`).
+fn transposed(values: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    (0..cols)
+        .flat_map(|c| (0..rows).map(move |r| values[r * cols + c]))
+        .collect()
 }
 
 /// JSON text of metadata values, through one object-safe trait.
@@ -219,6 +249,52 @@ mod tests {
         let saved = model();
         assert_eq!(saved.save(&path), Ok(()));
         assert_eq!(SavedModel::load(&path), Ok(saved));
+    }
+
+    #[test]
+    fn a_file_of_the_out_in_format_loads_with_its_weights_transposed() {
+        let saved = model();
+        let mut old = Vec::new();
+        for ((name, shape), values) in saved.layout.tensors().into_iter().zip(&saved.parameters) {
+            let (stored, values) = match shape[..] {
+                [inputs, outputs] => (vec![outputs, inputs], transposed(values, inputs, outputs)),
+                _ => (shape, values.clone()),
+            };
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            old.push((name, stored, bytes));
+        }
+        let views: Vec<_> = old
+            .iter()
+            .map(|(name, shape, bytes)| {
+                let view = TensorView::new(Dtype::F32, shape.clone(), bytes).expect("a view");
+                (name.clone(), view)
+            })
+            .collect();
+        let json = |value: &dyn erased::Json| value.to_json().expect("json");
+        let metadata = HashMap::from([
+            (FORMAT_KEY.to_string(), FORMAT_OUT_IN.to_string()),
+            ("layout".to_string(), json(&saved.layout)),
+            ("standardisation".to_string(), json(&saved.standardisation)),
+            ("columns".to_string(), json(&saved.columns)),
+            ("target".to_string(), saved.target.clone()),
+        ]);
+        let bytes = safetensors::serialize(views, Some(metadata)).expect("serialises");
+        assert_eq!(SavedModel::decode(&bytes), Ok(saved));
+    }
+
+    #[test]
+    fn a_file_of_an_unknown_format_names_the_ones_this_build_reads() {
+        let mut bytes = model().encode().expect("encodes");
+        let at = bytes
+            .windows(FORMAT.len())
+            .position(|w| w == FORMAT.as_bytes())
+            .expect("the format is in the header");
+        bytes[at + FORMAT.len() - 1] = b'9';
+        let error = SavedModel::decode(&bytes).expect_err("an unknown format");
+        assert!(
+            error.contains(FORMAT) && error.contains(FORMAT_OUT_IN),
+            "{error}"
+        );
     }
 
     #[test]

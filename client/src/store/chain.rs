@@ -2,7 +2,7 @@
 //! as one launch batch on the store's stream (inference here; the train
 //! step in `chain_step.rs`). `ResidentInput`: an input uploaded for them.
 
-use cistern_runtime::{Activation, AllocationPolicy, Binding, GemmSpec, KernelLaunch};
+use cistern_runtime::{Activation, AllocationPolicy, Binding, KernelLaunch};
 
 use super::chain_plan::{LayerPlan, fused};
 use super::device_check::retry_transient;
@@ -11,9 +11,10 @@ use super::store::DeviceParamStore;
 use crate::compute::{Buffer, ComputeClient, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
-use crate::tape::Tensor;
+use crate::tape::{Tensor, WeightLayout};
 
-/// One layer of a chain: `act(x·Wᵀ + b)` with the weight leaf, an optional
+/// One layer of a chain: `act(x·W + b)` with the weight leaf (`[in, out]`,
+/// as [`DeviceParamStore::linear_forward`]'s), an optional
 /// bias leaf (both from [`DeviceParamStore::snapshot_resident_params`] or
 /// `register_resident_params`) and the activation.
 pub type ChainLayer<'t> = (ResidentLeaf<'t>, Option<ResidentLeaf<'t>>, Activation);
@@ -189,9 +190,9 @@ impl DeviceParamStore {
                     )));
                 }
             }
-            let (n, k) = match weight.shape[..] {
-                [n, k] => (n, k),
-                _ => {
+            let (k, n) = match WeightLayout::InOut.in_out(&weight.shape) {
+                Some(in_out) => in_out,
+                None => {
                     return Err(BackendError::InvalidArgument(format!(
                         "slot {} is not a matrix (shape {:?})",
                         weight.slot, weight.shape
@@ -273,17 +274,11 @@ impl DeviceParamStore {
         out: &Buffer,
         pre: Option<&Buffer>,
     ) -> Vec<KernelLaunch> {
-        let spec = GemmSpec {
-            m: rows,
-            n: layer.n,
-            k: layer.k,
-            transpose_b: true,
-            activation: match pre {
-                None => layer.activation,
-                Some(_) => Activation::Identity,
-            },
-            ..GemmSpec::default()
+        let epilogue = match pre {
+            None => layer.activation,
+            Some(_) => Activation::Identity,
         };
+        let spec = WeightLayout::InOut.forward(rows, layer.n, layer.k, epilogue);
         let weight = self.slot_binding(&self.params, layer.weight);
         let bias = layer.bias.map(|slot| self.slot_binding(&self.params, slot));
         match pre {

@@ -15,7 +15,8 @@ pub(super) enum FeedKey {
     Dataset(u64),
 }
 
-/// One checked layer: its slots, sizes (`n×k` weight) and activation.
+/// One checked layer: its slots, sizes (`k` in, `n` out: a `k×n` weight)
+/// and activation.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct LayerPlan {
     pub(super) weight: usize,

@@ -5,8 +5,7 @@
 
 use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::{
-    Activation, ClassInput, ClassLossSpec, FailureToken, GemmSpec, KernelLaunch, OptimizerStep,
-    Reduction,
+    Activation, ClassInput, ClassLossSpec, FailureToken, KernelLaunch, OptimizerStep, Reduction,
 };
 
 use super::chain::{ChainLayer, ResidentInput};
@@ -18,7 +17,7 @@ use super::store::DeviceParamStore;
 use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
-use crate::tape::{CrossEntropyOptions, Tensor};
+use crate::tape::{CrossEntropyOptions, Tensor, WeightLayout};
 
 /// The loss of a chain's train step, with its targets.
 #[derive(Clone, Copy, Debug)]
@@ -432,10 +431,11 @@ impl DeviceParamStore {
             }
             let (n, k) = (layer.n, layer.k);
             let weight_grad = self.slot_binding(&self.staging, layer.weight);
+            let (spec, _) = WeightLayout::InOut.weight_gradient(rows, n, k);
             launches.push(KernelLaunch::gemm(
-                product(n, k, rows, true, false),
-                g.whole(),
+                spec,
                 input_of(l).whole(),
+                g.whole(),
                 None,
                 weight_grad,
             ));
@@ -451,7 +451,7 @@ impl DeviceParamStore {
             if l > 0 {
                 let weight = self.slot_binding(&self.params, layer.weight);
                 launches.push(KernelLaunch::gemm(
-                    product(rows, k, n, false, false),
+                    WeightLayout::InOut.input_gradient(rows, n, k),
                     g.whole(),
                     weight,
                     None,
@@ -619,16 +619,4 @@ pub(super) fn class_loss_plan(
         spec,
         weight: options.weight.clone(),
     })
-}
-
-/// A GEMM spec `m×n` over a contracted `k`, without bias or activation.
-fn product(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
-    GemmSpec {
-        m,
-        n,
-        k,
-        transpose_a,
-        transpose_b,
-        activation: Activation::Identity,
-    }
 }

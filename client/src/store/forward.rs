@@ -6,7 +6,7 @@ use cistern_runtime::Activation;
 use super::convert::backend;
 use super::store::DeviceParamStore;
 use crate::error::BackendError;
-use crate::tape::{ResidentMark, Tape, TapeId, Var};
+use crate::tape::{ResidentMark, Tape, TapeId, Var, WeightLayout};
 
 /// One of a store's parameters as a leaf of one tape: which store and slot,
 /// its shape, and the tape. Opaque: its value is read through the store
@@ -91,8 +91,10 @@ impl DeviceParamStore {
         Ok(self.state.abandon_forward())
     }
 
-    /// `input·weightᵀ + bias` over resident leaves (PyTorch's
-    /// `nn.Linear`): [`linear_forward_with_activation`] with the identity.
+    /// `input·weight + bias` over resident leaves, the weight stored
+    /// `[in, out]` (the original API's layout; PyTorch's `nn.Linear` is
+    /// `[out, in]`, the tape's [`Tape::linear`]):
+    /// [`linear_forward_with_activation`] with the identity.
     ///
     /// [`linear_forward_with_activation`]: Self::linear_forward_with_activation
     pub fn linear_forward<'t>(
@@ -105,9 +107,9 @@ impl DeviceParamStore {
         self.linear_forward_with_activation(tape, input, weight, bias, Activation::Identity)
     }
 
-    /// `act(input·weightᵀ + bias)` on `tape`, the weight (`n×k`) and bias
-    /// (`n`) being this store's leaves; the kernels read the resident
-    /// parameters in place.
+    /// `act(input·weight + bias)` on `tape`, the weight (`[in, out]`,
+    /// `k×n`) and bias (`n`) being this store's leaves; the kernels read
+    /// the resident parameters in place.
     ///
     /// A tape of another device is `DeviceMismatch`; a leaf or input of
     /// another tape, or a registered leaf used on a tape other than the
@@ -128,8 +130,14 @@ impl DeviceParamStore {
             self.check_leaf(tape, leaf)?;
         }
         let bias = bias.map(|bias| bias.var);
-        tape.linear(input, &weight.var, bias.as_ref(), activation)
-            .map_err(|error| self.state.fail(backend(error)))
+        tape.linear_with_layout(
+            input,
+            &weight.var,
+            bias.as_ref(),
+            activation,
+            WeightLayout::InOut,
+        )
+        .map_err(|error| self.state.fail(backend(error)))
     }
 
     /// `DeviceMismatch` unless `tape` sends work to the store's device.

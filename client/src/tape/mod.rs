@@ -23,6 +23,7 @@ mod tensor;
 mod var;
 mod view_rules;
 mod views;
+mod weight_layout;
 mod work;
 
 pub use classify::{BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, NllLossOptions};
@@ -33,3 +34,4 @@ pub(crate) use sinks::Sinks;
 pub use tape::{Tape, TapeId};
 pub use tensor::Tensor;
 pub use var::Var;
+pub use weight_layout::WeightLayout;

@@ -5,6 +5,7 @@ use cistern_runtime::{Activation, BinaryOp, DropoutSpec, MaxDimSpec};
 
 use super::classify::{BceRecord, ClassLossRecord};
 use super::layers::{EmbeddingRecord, LayerNormRecord};
+use super::weight_layout::WeightLayout;
 use crate::compute::Buffer;
 
 /// A value's index on its tape: values are never removed, so an index never
@@ -48,12 +49,14 @@ pub(super) enum Op {
     Leaf,
     /// `a·b` over batches: `a` is `[..., m, k]`, `b` is `[..., k, n]`.
     MatMul { a: VarIndex, b: VarIndex },
-    /// `act(input·weightᵀ + bias)`, `input` is `m×k`, `weight` is `n×k`.
+    /// `act(input·W + bias)`, `input` is `m×k`, `W` the weight as its
+    /// layout stores it (`n×k` transposed, or `k×n`).
     Linear {
         input: VarIndex,
         weight: VarIndex,
         bias: Option<VarIndex>,
         activation: Activation,
+        layout: WeightLayout,
         /// The pre-activation, where the activation's derivative cannot be
         /// taken from its output (`None`: backward passes the output).
         pre_activation: Option<Buffer>,

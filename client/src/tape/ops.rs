@@ -5,12 +5,13 @@
 //! operations here take the shapes they name (`docs/tape.md`).
 
 use cistern_optim::GradScaler;
-use cistern_runtime::{Activation, BinaryOp, GemmSpec, KernelLaunch, MapOp, Segment};
+use cistern_runtime::{Activation, BinaryOp, KernelLaunch, MapOp, Segment};
 
 use super::node::{Op, VarIndex, derivative_from_output};
 use super::strides::{broadcast_shape, broadcast_spec};
 use super::tape::{Tape, checked_len};
 use super::var::Var;
+use super::weight_layout::WeightLayout;
 use crate::compute::Buffer;
 use crate::error::AutodiffError;
 use crate::shape::ShapeError;
@@ -40,12 +41,14 @@ impl Operand {
 }
 
 impl Tape {
-    /// A linear layer, `act(input·weightᵀ + bias)`, as PyTorch's
-    /// `nn.Linear`: `input` is `m×k`, `weight` is `n×k`, the optional
-    /// `bias` has `n` elements (added to every row). Bias and activation are
-    /// fused into the GEMM where backward can take the activation's
-    /// derivative from its output (identity, ReLU, leaky ReLU with a
-    /// non-negative slope); otherwise the pre-activation is kept.
+    /// A linear layer, `act(input·weightᵀ + bias)`, in PyTorch's
+    /// `nn.Linear` layout: `input` is `m×k`, `weight` is `n×k` (`[out,
+    /// in]`), the optional `bias` has `n` elements (added to every row).
+    /// Bias and activation are fused into the GEMM where backward can take
+    /// the activation's derivative from its output (identity, ReLU, leaky
+    /// ReLU with a non-negative slope); otherwise the pre-activation is
+    /// kept. The store's `linear_forward` takes `[in, out]` instead:
+    /// [`linear_with_layout`](Self::linear_with_layout).
     pub fn linear(
         &self,
         input: &Var<'_>,
@@ -53,28 +56,41 @@ impl Tape {
         bias: Option<&Var<'_>>,
         activation: Activation,
     ) -> Result<Var<'_>, AutodiffError> {
+        self.linear_with_layout(input, weight, bias, activation, WeightLayout::OutIn)
+    }
+
+    /// [`linear`](Self::linear) with the weight stored as `layout` says:
+    /// `[out, in]` (`y = x·Wᵀ`) or `[in, out]` (`y = x·W`).
+    pub fn linear_with_layout(
+        &self,
+        input: &Var<'_>,
+        weight: &Var<'_>,
+        bias: Option<&Var<'_>>,
+        activation: Activation,
+        layout: WeightLayout,
+    ) -> Result<Var<'_>, AutodiffError> {
         let (input, weight) = (self.operand(input)?, self.operand(weight)?);
         let bias = bias.map(|bias| self.operand(bias)).transpose()?;
-        let ((m, k), (n, weight_k)) = (input.matrix()?, weight.matrix()?);
+        let (m, k) = input.matrix()?;
+        weight.matrix()?;
+        let (weight_k, n) = layout.in_out(&weight.shape).unwrap_or_default();
         if weight_k != k {
-            return Err(dimension(1, k, weight_k));
+            let axis = match layout {
+                WeightLayout::OutIn => 1,
+                WeightLayout::InOut => 0,
+            };
+            return Err(dimension(axis, k, weight_k));
         }
         if let Some(bias) = &bias {
             ShapeError::check_dims(&[n], &bias.shape)?;
         }
         let fused = derivative_from_output(activation);
-        let spec = GemmSpec {
-            m,
-            n,
-            k,
-            transpose_b: true,
-            activation: if fused {
-                activation
-            } else {
-                Activation::Identity
-            },
-            ..GemmSpec::default()
+        let epilogue = if fused {
+            activation
+        } else {
+            Activation::Identity
         };
+        let spec = layout.forward(m, n, k, epilogue);
         let len = ShapeError::element_count(&[m, n])?;
         let product = self.reserve(len)?;
         let bias_binding = bias.as_ref().map(|bias| bias.value.whole());
@@ -99,6 +115,7 @@ impl Tape {
             weight: weight.index,
             bias: bias.map(|bias| bias.index),
             activation,
+            layout,
             pre_activation,
         };
         Ok(self.record(out, vec![m, n], op))

@@ -42,6 +42,7 @@ impl Tape {
                 weight,
                 bias,
                 activation,
+                layout,
                 pre_activation,
             } => {
                 let g = self.materialize(grad, len)?;
@@ -51,9 +52,14 @@ impl Tape {
                     (self.value_and_shape(input), self.value_of(weight));
                 let (m, k, n) = (input_shape[0], input_shape[1], shape[1]);
                 if reached(&weight) {
-                    // ∂weight = gᵀ·input (n×k)
-                    let spec = product(n, k, m, true, false);
-                    let grad = self.gemm_for(weight, spec, &g, &input_value, n * k, sinks)?;
+                    // ∂weight = gᵀ·input ([out, in]) or inputᵀ·g ([in, out]).
+                    let (spec, g_first) = layout.weight_gradient(m, n, k);
+                    let (a, b) = if g_first {
+                        (&g, &input_value)
+                    } else {
+                        (&input_value, &g)
+                    };
+                    let grad = self.gemm_for(weight, spec, a, b, n * k, sinks)?;
                     out.push((weight, Grad::Device(grad)));
                 }
                 if let Some(bias) = bias.filter(reached) {
@@ -64,8 +70,9 @@ impl Tape {
                     out.push((bias, Grad::Device(sums)));
                 }
                 if reached(&input) {
-                    // ∂input = g·weight (m×k); skipped for an untracked input.
-                    let spec = product(m, k, n, false, false);
+                    // ∂input = g·weight, through the layout (m×k); skipped
+                    // for an untracked input.
+                    let spec = layout.input_gradient(m, n, k);
                     let grad = self.gemm(spec, &g, &weight_value, m * k)?;
                     out.push((input, Grad::Device(grad)));
                 }

@@ -1,7 +1,7 @@
 //! Device chains for inference: `predict_device_chain`, the resident input
 //! and their refusals.
 
-use cistern_client::{BackendError, ChainLayer, ResidentLeaf, Tape, Tensor};
+use cistern_client::{BackendError, ChainLayer, DeviceParamStore, ResidentLeaf, Tape, Tensor};
 use cistern_runtime::Activation;
 
 use super::common::{loss, model, ok, open, store};
@@ -37,6 +37,37 @@ fn predicting_through_the_device_chain_equals_the_tape_forward() {
     );
     let want = ok(store.linear_forward(&tape, &h, w2, Some(b2)), "pred");
     assert_eq!(got, ok(want.to_host(), "the tape's prediction"));
+}
+
+#[test]
+fn a_square_weight_is_read_in_out_by_the_store_and_out_in_by_the_tapes_linear() {
+    let client = open();
+    // W = [[1, 2], [3, 4]]: `[in, out]` maps x = [1, 0] to W's first row,
+    // `[out, in]` (PyTorch's) to its first column.
+    let weight = ok(Tensor::new([2, 2], vec![1.0, 2.0, 3.0, 4.0]), "W");
+    let tape = Tape::new(&client);
+    let store = ok(DeviceParamStore::new(&tape, &[&weight]), "the store");
+    let leaves = ok(store.snapshot_resident_params(&tape), "snapshot");
+    let x = ok(Tensor::new([1, 2], vec![1.0, 0.0]), "x");
+    let chain: Vec<ChainLayer<'_>> = vec![(leaves[0].clone(), None, Activation::Identity)];
+    let predicted = ok(store.predict_device_chain(&chain, &x), "predict");
+    assert_eq!(predicted.data(), &[1.0, 2.0], "the chain reads [in, out]");
+    let input = ok(tape.upload(&x), "x");
+    let forward = ok(
+        store.linear_forward(&tape, &input, &leaves[0], None),
+        "forward",
+    );
+    assert_eq!(ok(forward.to_host(), "forward").data(), &[1.0, 2.0]);
+    let plain = ok(tape.var(&weight), "W as a plain leaf");
+    let torch = ok(
+        tape.linear(&input, &plain, None, Activation::Identity),
+        "linear",
+    );
+    assert_eq!(
+        ok(torch.to_host(), "linear").data(),
+        &[1.0, 3.0],
+        "PyTorch's"
+    );
 }
 
 #[test]

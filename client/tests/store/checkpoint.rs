@@ -86,7 +86,7 @@ fn a_store_that_never_stepped_checkpoints_its_parameters_alone() {
     assert_eq!(checkpoint.params, flat32(&model.params));
     assert_eq!(
         checkpoint.shapes,
-        vec![vec![6, 4], vec![6], vec![3, 6], vec![3]]
+        vec![vec![4, 6], vec![6], vec![6, 3], vec![3]]
     );
     let restored = ok(
         DeviceParamStore::restore(&Tape::new(&client), &checkpoint),

@@ -76,7 +76,7 @@ fn the_file_is_safetensors_with_one_tensor_per_slot_and_state_buffer() {
         "param, exp_avg, exp_avg_sq, max_exp_avg_sq"
     );
     let first = ok(tensors.tensor("param.0"), "param.0");
-    assert_eq!(first.shape(), &[6, 4]);
+    assert_eq!(first.shape(), &[4, 6]);
     assert!(names.contains(&"exp_avg.3"), "{names:?}");
 }
 

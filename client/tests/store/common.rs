@@ -14,11 +14,12 @@ use cistern_client::{
 use cistern_memory::SplitMix64;
 use cistern_runtime::Activation;
 
-/// A regression problem and the parameters of `tanh(x·W1ᵀ + b1)·W2ᵀ + b2`.
+/// A regression problem and the parameters of `tanh(x·W1 + b1)·W2 + b2`
+/// (weights `[in, out]`, the store's layout).
 pub struct Model {
     pub x: Tensor<f32>,
     pub y: Tensor<f32>,
-    /// W1 (6×4), b1 (6), W2 (3×6), b2 (3).
+    /// W1 (4×6), b1 (6), W2 (6×3), b2 (3).
     pub params: Vec<Tensor<f32>>,
 }
 
@@ -29,9 +30,9 @@ pub fn model(seed: u64) -> Model {
         x: random(&mut rng, &[8, 4]),
         y: random(&mut rng, &[8, 3]),
         params: vec![
-            random(&mut rng, &[6, 4]),
+            random(&mut rng, &[4, 6]),
             random(&mut rng, &[6]),
-            random(&mut rng, &[3, 6]),
+            random(&mut rng, &[6, 3]),
             random(&mut rng, &[3]),
         ],
     }

@@ -3,7 +3,9 @@
 //! takes the latest without an upload, host-made gradients are accepted, a
 //! missing one is named, and the readers' windows and answers.
 
-use cistern_client::{AutodiffError, BackendError, DeviceParamStore, Gradients, Tape, Tensor};
+use cistern_client::{
+    AutodiffError, BackendError, DeviceParamStore, Gradients, Tape, Tensor, WeightLayout,
+};
 use cistern_optim::SgdConfig;
 use cistern_runtime::{Activation, Kernel};
 
@@ -225,7 +227,13 @@ fn plain_gradients(
         .zip([Activation::Tanh, Activation::Identity])
     {
         h = ok(
-            tape.linear(&h, &vars[weight], Some(&vars[bias]), activation),
+            tape.linear_with_layout(
+                &h,
+                &vars[weight],
+                Some(&vars[bias]),
+                activation,
+                WeightLayout::InOut,
+            ),
             "a layer",
         );
     }
@@ -278,7 +286,7 @@ fn a_parameter_used_once_gets_its_gradient_from_its_kernel_with_no_copy() {
 fn a_parameter_used_twice_gets_the_sum_of_its_gradients_copied_into_staging() {
     let client = open();
     let mut rng = cistern_memory::SplitMix64::new(21);
-    // pred = tanh(x·Wᵀ + b)·Wᵀ + b: W and b each have two uses.
+    // pred = tanh(x·W + b)·W + b: W and b each have two uses.
     let model = Model {
         x: random(&mut rng, &[8, 4]),
         y: random(&mut rng, &[8, 4]),

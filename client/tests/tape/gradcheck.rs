@@ -11,7 +11,7 @@
 //! gradient (a missed term, a transpose, a factor) misses it by orders of
 //! magnitude. Inputs stay at least 0.05 from 0 (ReLU's kink).
 
-use cistern_client::{AutodiffError, Tape, Tensor, Var};
+use cistern_client::{AutodiffError, Tape, Tensor, Var, WeightLayout};
 use cistern_memory::SplitMix64;
 use cistern_runtime::Activation;
 
@@ -141,6 +141,32 @@ fn the_gradients_of_linear_without_bias_match_finite_differences() {
                     &host::linear(&x[0], &x[1], None, activation, (4, 3, 5)),
                     &ww,
                 )
+            },
+        );
+    }
+}
+
+#[test]
+fn the_gradients_of_an_in_out_linear_match_finite_differences() {
+    let (w, ww) = weights(5, &[4, 5]);
+    for (seed, activation) in (40..).zip([Activation::Identity, Activation::Tanh]) {
+        check(
+            &format!("in-out linear {activation:?}"),
+            seed,
+            &[&[4, 3], &[3, 5], &[5]],
+            |tape, v| {
+                let layout = WeightLayout::InOut;
+                let y = tape.linear_with_layout(&v[0], &v[1], Some(&v[2]), activation, layout)?;
+                weighted(tape, &y, &w)
+            },
+            |x| {
+                // The `[in, out]` weight is the transpose of `[out, in]`'s.
+                let out_in: Vec<f64> = (0..5)
+                    .flat_map(|o| (0..3).map(move |i| (o, i)))
+                    .map(|(o, i)| x[1][i * 5 + o])
+                    .collect();
+                let y = host::linear(&x[0], &out_in, Some(&x[2]), activation, (4, 3, 5));
+                host::dot(&y, &ww)
             },
         );
     }

@@ -56,9 +56,9 @@ pub fn problem(seed: u64) -> Problem {
         x: random(&mut rng, &[ROWS, 4]).into_data(),
         y: random(&mut rng, &[ROWS, 3]).into_data(),
         params: vec![
-            random(&mut rng, &[6, 4]),
+            random(&mut rng, &[4, 6]),
             random(&mut rng, &[6]),
-            random(&mut rng, &[3, 6]),
+            random(&mut rng, &[6, 3]),
             random(&mut rng, &[3]),
         ],
     }
