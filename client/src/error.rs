@@ -47,10 +47,18 @@ pub enum BackendError {
     /// This device cannot do the operation: use another path or device; never retry.
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// The parameter store saw a device failure and refuses every call:
-    /// rebuild it from the last host copy (`sync_to_host`).
-    #[error("the parameter store is poisoned")]
-    StorePoisoned,
+    /// The parameter store saw a device failure (`cause`, the failure that
+    /// latched it) and refuses every call: handle `cause` as it says
+    /// (`invalidate` a poisoned device), then rebuild the store from the
+    /// last host copy (`sync_to_host`).
+    #[error(
+        "the parameter store is poisoned by an earlier device failure: {cause}; \
+         rebuild it from the last host copy"
+    )]
+    StorePoisoned {
+        /// The device failure that latched the store.
+        cause: Box<BackendError>,
+    },
     /// A `Var` or forward record from another tape: use the tape the
     /// forward was registered on.
     #[error("the tape does not match the one the forward was registered on")]
@@ -179,7 +187,7 @@ impl BackendError {
             }
             BackendError::KernelLaunchFailed(_) => ErrorCode::DispatchFailed,
             BackendError::TransferFailed(_) => ErrorCode::TransferFailed,
-            BackendError::StorePoisoned => ErrorCode::StorePoisoned,
+            BackendError::StorePoisoned { .. } => ErrorCode::StorePoisoned,
             BackendError::DeviceContextPoisoned(_) => ErrorCode::DevicePoisoned,
             BackendError::StaleDeviceGeneration { .. } => ErrorCode::StaleHandle,
             BackendError::DeviceContextRetiring { .. }
@@ -235,6 +243,22 @@ impl BackendError {
         let (ordinal, rest) = rest.split_once(" poisoned in generation ")?;
         let generation = rest.split(' ').next()?;
         Some((ordinal.parse().ok()?, generation.parse().ok()?))
+    }
+
+    /// A store latched by `cause`: what each later call of the store answers.
+    pub fn store_poisoned(cause: BackendError) -> Self {
+        BackendError::StorePoisoned {
+            cause: Box::new(cause),
+        }
+    }
+
+    /// The device failure that latched a store (`StorePoisoned`); `None`
+    /// for every other variant.
+    pub fn poison_cause(&self) -> Option<&BackendError> {
+        match self {
+            BackendError::StorePoisoned { cause } => Some(cause),
+            _ => None,
+        }
     }
 
     /// True when releasing memory (dropping handles, `reclaim`) and retrying

@@ -59,8 +59,16 @@ impl ReportedError {
         }
     }
 
-    /// The device ordinal and context generation the error names, if any.
+    /// The device ordinal and context generation the error names, if any
+    /// (a latched store's, those its cause names).
     fn device(&self) -> (Option<usize>, Option<u64>) {
+        if let ReportedError::Backend(BackendError::StorePoisoned { cause })
+        | ReportedError::Autodiff(AutodiffError::Backend(BackendError::StorePoisoned {
+            cause,
+        })) = self
+        {
+            return ReportedError::Backend((**cause).clone()).device();
+        }
         let poison = match self {
             ReportedError::Io(IoError::DevicePoisoned(poison))
             | ReportedError::Server(ServerError::Io(IoError::DevicePoisoned(poison)))

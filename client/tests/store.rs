@@ -20,6 +20,7 @@ mod store {
     mod gradients;
     mod memory;
     mod pending;
+    mod retiring;
     mod sgd;
     mod staged;
 }

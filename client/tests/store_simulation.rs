@@ -428,7 +428,7 @@ impl Sim {
             ));
         }
         let poisoned = |what: &str, result: Result<(), BackendError>| match result {
-            Err(BackendError::StorePoisoned) => Ok(()),
+            Err(BackendError::StorePoisoned { .. }) => Ok(()),
             other => Err(format!("a poisoned store's {what} answered {other:?}")),
         };
         poisoned("sync_to_host", self.store.sync_to_host().map(|_| ()))?;

@@ -352,14 +352,17 @@ pub fn a_trapped_step_latches_the_store_and_nothing_of_it_is_readable(device: De
     );
     assert!(store.is_poisoned(), "{device}: the store latched");
     assert!(
-        matches!(store.sync_to_host(), Err(BackendError::StorePoisoned)),
+        matches!(
+            store.sync_to_host(),
+            Err(BackendError::StorePoisoned { .. })
+        ),
         "{device}: a latched store's bytes are never read"
     );
     let tape = Tape::new(&client);
     assert!(
         matches!(
             store.register_resident_params(&tape),
-            Err(BackendError::StorePoisoned)
+            Err(BackendError::StorePoisoned { .. })
         ),
         "{device}: nor is it registered again"
     );

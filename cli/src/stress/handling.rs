@@ -96,7 +96,7 @@ pub fn store_handling(error: &BackendError) -> Handling {
         return Handling::Release;
     }
     match error {
-        BackendError::StorePoisoned => Handling::Rebuild,
+        BackendError::StorePoisoned { .. } => Handling::Rebuild,
         BackendError::TransferFailed(_) | BackendError::KernelLaunchFailed(_) => Handling::Retry,
         BackendError::StaleDeviceGeneration {
             current_generation, ..
@@ -236,7 +236,9 @@ mod tests {
             assert_eq!(store_handling(&store_error), handling(&error), "{error:?}");
         }
         assert_eq!(
-            store_handling(&BackendError::StorePoisoned),
+            store_handling(&BackendError::store_poisoned(BackendError::Unknown(
+                "trap".into()
+            ))),
             Handling::Rebuild
         );
         for bug in [

@@ -36,13 +36,18 @@ pub struct ComputeClient {
 impl ComputeClient {
     /// Opens `device`. A device that is not present is `DeviceUnavailable`.
     pub fn open(device: Device, options: DeviceOptions) -> Result<Self, ServerError> {
-        let server = cistern_runtime::open(device, options)?;
-        Ok(ComputeClient {
+        cistern_runtime::open(device, options).map(ComputeClient::of_server)
+    }
+
+    /// A client of a server already started (`cistern_runtime::spawn`),
+    /// such as one over the test device (`cistern_runtime::testing`).
+    pub fn of_server(server: ServerHandle) -> Self {
+        ComputeClient {
             shared: Arc::new(ClientShared {
                 server,
                 stream_waits: AtomicU64::new(0),
             }),
-        })
+        }
     }
 
     /// The device this client drives.

@@ -285,28 +285,16 @@ impl DeviceParamStore {
             Some(run) => run,
             None => self.workspace(rows, plan, loss_plan)?,
         };
-        self.state.keep_chain_run(run);
-        if self
-            .state
-            .optimizer()
-            .is_some_and(|run| run.device_amp.is_some())
-        {
-            // The step count lives on the device: the host cannot count this step.
-            return Err(BackendError::InvalidArgument(
-                "a chain step after an AMP step with no synchronisation: the step count is on the device"
-                    .to_string(),
-            ));
-        }
         let optimizer = OptimizerConfig::Sgd(config.clone());
         let mut launches = Vec::new();
-        let (state, steps) = match self.state.optimizer() {
-            Some(run) => (run.state.clone(), run.steps),
-            None => (self.allocate_state(&optimizer, &mut launches)?, 0),
+        let (state, steps) = match self.chain_optimizer_state(&optimizer, &mut launches) {
+            Ok(found) => found,
+            Err(error) => {
+                // The workspace outlives a refused step.
+                self.state.keep_chain_run(run);
+                return Err(error);
+            }
         };
-        let run = self
-            .state
-            .take_chain_run()
-            .ok_or(BackendError::StorePoisoned)?;
         let token = self.send_chain_step(run, feed, config, &state, steps, launches)?;
         let committed = OptimizerRun {
             config: optimizer,
@@ -319,6 +307,25 @@ impl DeviceParamStore {
             serial: self.state.commit_chain_step(token, committed),
             host: None,
         })
+    }
+
+    /// The optimizer state a chain step updates and the steps counted so
+    /// far; the first step reserves the state (its zero fills join
+    /// `launches`). After an AMP step with no synchronisation the count is
+    /// on the device: `InvalidArgument`.
+    fn chain_optimizer_state(
+        &self,
+        optimizer: &OptimizerConfig,
+        launches: &mut Vec<KernelLaunch>,
+    ) -> Result<(Vec<Buffer>, u64), BackendError> {
+        match self.state.optimizer() {
+            Some(run) if run.device_amp.is_some() => Err(BackendError::InvalidArgument(
+                "a chain step after an AMP step with no synchronisation: the step count is on the device"
+                    .to_string(),
+            )),
+            Some(run) => Ok((run.state.clone(), run.steps)),
+            None => Ok((self.allocate_state(optimizer, launches)?, 0)),
+        }
     }
 
     /// Writes a host batch, then replays the recorded step, records it,

@@ -13,8 +13,8 @@ use crate::error::BackendError;
 impl DeviceParamStore {
     /// The entry checks of a `&self` call.
     pub(super) fn enter(&self) -> Result<(), BackendError> {
-        if self.state.is_poisoned() {
-            return Err(BackendError::StorePoisoned);
+        if let Some(poisoned) = self.state.poison() {
+            return Err(poisoned);
         }
         self.state.check_work()?;
         self.check_device_state()
@@ -24,8 +24,8 @@ impl DeviceParamStore {
     /// after forgetting the queued work that succeeded and putting back
     /// the state from before a step the device refused as transient.
     pub(super) fn enter_mut(&mut self) -> Result<(), BackendError> {
-        if self.state.is_poisoned() {
-            return Err(BackendError::StorePoisoned);
+        if let Some(poisoned) = self.state.poison() {
+            return Err(poisoned);
         }
         self.state.settle()?;
         self.check_device_state()
@@ -43,8 +43,8 @@ impl DeviceParamStore {
     pub(super) fn after_wait<T>(&self, waited: Result<T, ServerError>) -> Result<T, BackendError> {
         let value = waited.map_err(|error| self.state.fail(BackendError::from(error)))?;
         self.state.check_work()?;
-        if self.state.is_poisoned() {
-            return Err(BackendError::StorePoisoned);
+        if let Some(poisoned) = self.state.poison() {
+            return Err(poisoned);
         }
         Ok(value)
     }

@@ -15,10 +15,11 @@
 //! run (fixed by the first step), the AMP words and the chain workspace
 //! (reserved on first use), and the queued work with the state before
 //! each step: `settle` puts that state back when the device refused the
-//! step as transient. `latch` poisons the store for good; it is an
-//! `AtomicBool` so that `&self` calls latch it too.
+//! step as transient. `latch` poisons the store for good, keeping the
+//! failure that latched it; it is a `OnceLock` so that `&self` calls latch
+//! it too.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use cistern_optim::OptimizerConfig;
 use cistern_runtime::{FailureToken, ScaleRule};
@@ -46,8 +47,9 @@ pub(super) struct StepState {
     chain_run: Option<ChainRun>,
     /// The queued work whose outcome is unseen, with what each item changed.
     work: WorkList<Effect>,
-    /// Set once by [`latch`](Self::latch), never cleared.
-    poisoned: AtomicBool,
+    /// The device failure that latched the store: set once by
+    /// [`latch`](Self::latch), never cleared.
+    poisoned: OnceLock<BackendError>,
 }
 
 /// Where the training step stands.
@@ -147,7 +149,16 @@ impl StepState {
 
     /// Whether a device failure latched the store.
     pub(super) fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
+        self.poisoned.get().is_some()
+    }
+
+    /// `StorePoisoned`, naming the failure that latched the store, once
+    /// one did.
+    pub(super) fn poison(&self) -> Option<BackendError> {
+        self.poisoned
+            .get()
+            .cloned()
+            .map(BackendError::store_poisoned)
     }
 
     /// The registered forward no step has consumed, if any.
@@ -372,12 +383,12 @@ impl StepState {
     }
 
     /// Latches the store: the call that latches it gets `error`, every
-    /// other (concurrent or later) call `StorePoisoned`.
+    /// other (concurrent or later) call `StorePoisoned` naming the error
+    /// that latched it.
     pub(super) fn latch(&self, error: BackendError) -> BackendError {
-        if self.poisoned.swap(true, Ordering::AcqRel) {
-            BackendError::StorePoisoned
-        } else {
-            error
+        match self.poisoned.set(error.clone()) {
+            Ok(()) => error,
+            Err(_) => BackendError::store_poisoned(self.poisoned.get().cloned().unwrap_or(error)),
         }
     }
 
@@ -560,9 +571,10 @@ mod tests {
             Err(BackendError::KernelLaunchFailed(_))
         ));
         assert!(state.is_poisoned());
+        let again = state.fail(BackendError::Unknown("again".into()));
         assert!(matches!(
-            state.fail(BackendError::Unknown("again".into())),
-            BackendError::StorePoisoned
+            again.poison_cause(),
+            Some(BackendError::KernelLaunchFailed(message)) if message.contains("trap")
         ));
     }
 }

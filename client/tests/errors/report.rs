@@ -76,7 +76,25 @@ fn a_poisoned_backend_error_gives_the_generation_to_invalidate() {
     assert_eq!((report.ordinal, report.generation), (Some(1), Some(7)));
     let other = BackendError::DeviceContextPoisoned("not a poison's message".into());
     assert_eq!(other.poisoned_generation(), None);
-    assert_eq!(BackendError::StorePoisoned.poisoned_generation(), None);
+    let latched = BackendError::store_poisoned(BackendError::Unknown("trap".into()));
+    assert_eq!(latched.poisoned_generation(), None);
+}
+
+#[test]
+fn a_latched_store_report_names_its_cause_and_the_device_the_cause_names() {
+    let cause = BackendError::from(ServerError::ContextPoisoned(poison()));
+    let latched = BackendError::store_poisoned(cause.clone());
+    let report = ErrorReport::from_backend_error(&latched, None, None);
+    assert_eq!(report.code, ErrorCode::StorePoisoned);
+    assert!(
+        report.message.contains(&cause.to_string()),
+        "{}",
+        report.message
+    );
+    assert_eq!((report.ordinal, report.generation), (Some(1), Some(7)));
+    let through_autodiff = AutodiffError::from(latched);
+    let report = ErrorReport::from_autodiff_error(&through_autodiff, None, None);
+    assert_eq!((report.ordinal, report.generation), (Some(1), Some(7)));
 }
 
 #[test]
@@ -103,7 +121,7 @@ fn an_error_without_a_device_reports_none() {
 fn parts_make_a_deterministic_report() {
     let make = || {
         ErrorReport::with_parts(
-            BackendError::StorePoisoned,
+            BackendError::store_poisoned(BackendError::Unknown("trap".into())),
             Some(0),
             Some(1),
             BackTrace::from_text("x\n"),
@@ -114,7 +132,8 @@ fn parts_make_a_deterministic_report() {
     assert_eq!(make().to_bincode().ok(), make().to_bincode().ok());
     assert_eq!(
         make().to_string(),
-        "[StorePoisoned (1017)] the parameter store is poisoned (device 0, generation 1)"
+        "[StorePoisoned (1017)] the parameter store is poisoned by an earlier device failure: \
+         unknown device error: trap; rebuild it from the last host copy (device 0, generation 1)"
     );
 }
 

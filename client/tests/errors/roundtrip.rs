@@ -97,7 +97,8 @@ fn every_sample_of_every_type_round_trips() {
 
 #[test]
 fn a_report_made_now_round_trips_with_its_resolved_backtrace() {
-    let report = ErrorReport::from_backend_error(&BackendError::StorePoisoned, Some(0), Some(1));
+    let poisoned = BackendError::store_poisoned(BackendError::Unknown("trap".into()));
+    let report = ErrorReport::from_backend_error(&poisoned, Some(0), Some(1));
     assert_eq!(round_trips(&report), Ok(()));
     let decoded = ErrorReport::from_bincode(&report.to_bincode().unwrap_or_default());
     assert_eq!(

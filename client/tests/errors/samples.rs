@@ -191,7 +191,7 @@ pub fn backend_samples() -> Vec<BackendError> {
         BackendError::DeviceUnavailable("cuda:3: no such device".into()),
         BackendError::TransferFailed("dma timeout".into()),
         BackendError::Unsupported("f16 gemm".into()),
-        BackendError::StorePoisoned,
+        BackendError::store_poisoned(BackendError::KernelLaunchFailed("adam: trap".into())),
         BackendError::TapeMismatch,
         BackendError::PendingForwardUnconsumed,
         BackendError::MissingGradient("slot 3".into()),
@@ -228,7 +228,9 @@ pub fn backend_samples() -> Vec<BackendError> {
 
 pub fn autodiff_samples() -> Vec<AutodiffError> {
     vec![
-        AutodiffError::Backend(BackendError::StorePoisoned),
+        AutodiffError::Backend(BackendError::store_poisoned(
+            BackendError::DeviceContextPoisoned("device 1 poisoned".into()),
+        )),
         AutodiffError::UnknownVar { var: 42 },
         AutodiffError::ShapeMismatch(ShapeError::ElementCountMismatch {
             expected: 4,

@@ -155,7 +155,9 @@ pub fn arb_backend_error() -> impl Strategy<Value = BackendError> {
         text().prop_map(BackendError::DeviceUnavailable),
         text().prop_map(BackendError::TransferFailed),
         text().prop_map(BackendError::Unsupported),
-        Just(BackendError::StorePoisoned),
+        text().prop_map(|message| {
+            BackendError::store_poisoned(BackendError::KernelLaunchFailed(message))
+        }),
         Just(BackendError::TapeMismatch),
         Just(BackendError::PendingForwardUnconsumed),
         text().prop_map(BackendError::MissingGradient),

@@ -44,16 +44,17 @@ fn the_stores_own_poison_comes_before_the_device_state_and_the_generation() {
     let model = model(30);
     let mut store = store(&client, &model);
     let generation = poison(&client);
-    assert!(matches!(
-        store.wait_device(),
-        Err(BackendError::DeviceContextPoisoned(_))
-    ));
-    assert_eq!(store.wait_device(), Err(BackendError::StorePoisoned));
+    let first = match store.wait_device() {
+        Err(error @ BackendError::DeviceContextPoisoned(_)) => error,
+        other => panic!("the poison is the answer, got {other:?}"),
+    };
+    let poisoned = Err(BackendError::store_poisoned(first));
+    assert_eq!(store.wait_device(), poisoned);
     ok(client.invalidate(generation), "invalidate");
     let foreign = Tape::new(&open());
     assert_eq!(
         store.register_resident_params(&foreign).map(|_| ()),
-        Err(BackendError::StorePoisoned)
+        poisoned
     );
 }
 
@@ -63,11 +64,13 @@ fn a_device_poisoned_by_another_client_latches_the_store() {
     let model = model(31);
     let store = store(&client, &model);
     poison(&client.clone());
-    let first = store.sync_to_host().map(|_| ());
-    assert!(matches!(first, Err(BackendError::DeviceContextPoisoned(_))));
+    let first = match store.sync_to_host() {
+        Err(error @ BackendError::DeviceContextPoisoned(_)) => error,
+        other => panic!("the poison is the answer, got {other:?}"),
+    };
     assert_eq!(
         store.sync_to_host().map(|_| ()),
-        Err(BackendError::StorePoisoned)
+        Err(BackendError::store_poisoned(first))
     );
 }
 

@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use cistern_client::{BackendError, ComputeClient, DeviceParamStore, ErrorReport, Tape};
+use cistern_client::{
+    BackendError, ComputeClient, DeviceParamStore, ErrorCode, ErrorReport, ReportedError, Tape,
+};
 use cistern_optim::SgdConfig;
 use cistern_runtime::{DeviceOptions, FaultPlan};
 
@@ -68,9 +70,10 @@ fn a_queued_step_that_traps(seed: u64) -> (ComputeClient, DeviceParamStore) {
     (client, store)
 }
 
-/// Every entry point of `store`, each answering `StorePoisoned`.
-fn refuses_every_call(client: &ComputeClient, store: &mut DeviceParamStore) {
-    let poisoned = Err(BackendError::StorePoisoned);
+/// Every entry point of `store`, each answering `StorePoisoned` naming
+/// `cause`, the failure that latched it.
+fn refuses_every_call(client: &ComputeClient, store: &mut DeviceParamStore, cause: &BackendError) {
+    let poisoned = Err(BackendError::store_poisoned(cause.clone()));
     assert_eq!(store.sync_to_host().map(|_| ()), poisoned);
     assert_eq!(store.wait_device(), poisoned);
     assert_eq!(store.resident_grads_to_host().map(|_| ()), poisoned);
@@ -101,12 +104,12 @@ fn a_trap_in_the_middle_of_a_step_leaves_the_store_refusing_every_call() {
     ok(store.wait_device(), "healthy steps ran");
     // The trapped step is queued: the step itself returns before it runs.
     assert_eq!(train(&client, &mut store, &model).1, Ok(()));
-    let first = store.sync_to_host();
-    match &first {
-        Err(BackendError::DeviceContextPoisoned(message)) => assert!(message.contains("trap")),
+    let first = match store.sync_to_host() {
+        Err(error @ BackendError::DeviceContextPoisoned(_)) => error,
         other => panic!("the trap is returned as itself, got {other:?}"),
-    }
-    refuses_every_call(&client, &mut store);
+    };
+    assert!(first.to_string().contains("trap"), "{first}");
+    refuses_every_call(&client, &mut store, &first);
 }
 
 #[test]
@@ -119,21 +122,64 @@ fn a_trap_while_backward_stages_gradients_poisons_the_store_on_its_next_call() {
     let mut store = store(&client, &model);
     let (_, stepped) = train(&client, &mut store, &model);
     let answer = stepped.and_then(|()| store.wait_device());
-    assert!(
-        matches!(answer, Err(BackendError::DeviceContextPoisoned(_))),
-        "the trap is the answer, got {answer:?}"
-    );
-    refuses_every_call(&client, &mut store);
+    let first = match answer {
+        Err(error @ BackendError::DeviceContextPoisoned(_)) => error,
+        other => panic!("the trap is the answer, got {other:?}"),
+    };
+    refuses_every_call(&client, &mut store, &first);
 }
 
 #[test]
 fn a_failed_wait_poisons_the_store() {
     let (_client, store) = a_queued_step_that_traps(0x7C);
-    assert!(matches!(
+    let first = match store.wait_device() {
+        Err(error @ BackendError::DeviceContextPoisoned(_)) => error,
+        other => panic!("the trap is the answer, got {other:?}"),
+    };
+    assert_eq!(
         store.wait_device(),
-        Err(BackendError::DeviceContextPoisoned(_))
-    ));
-    assert_eq!(store.wait_device(), Err(BackendError::StorePoisoned));
+        Err(BackendError::store_poisoned(first))
+    );
+}
+
+#[test]
+fn a_latched_store_names_the_failure_that_latched_it_in_its_message_and_report() {
+    let (_client, store) = a_queued_step_that_traps(0x83);
+    let first = match store.wait_device() {
+        Err(error) => error,
+        Ok(()) => panic!("the trapped step is the answer"),
+    };
+    let later = match store.sync_to_host() {
+        Err(error) => error,
+        Ok(_) => panic!("a latched store's bytes are never read"),
+    };
+    assert_eq!(later.code(), ErrorCode::StorePoisoned);
+    assert_eq!(later.poison_cause(), Some(&first));
+    let message = later.to_string();
+    assert!(message.contains(&first.to_string()), "{message}");
+    assert!(message.contains("trap"), "{message}");
+    assert!(
+        message.contains("rebuild it from the last host copy"),
+        "{message}"
+    );
+    let report = ErrorReport::new(later.clone(), None, None);
+    assert_eq!(report.code, ErrorCode::StorePoisoned);
+    assert!(
+        report.message.contains(&first.to_string()),
+        "{}",
+        report.message
+    );
+    assert_eq!(report.generation, first.poisoned_generation());
+    let line = ok(report.to_json_line(), "the report as JSON");
+    assert!(line.contains("trap"), "{line}");
+    let decoded = ok(ErrorReport::from_json_line(&line), "the JSON line decodes");
+    assert_eq!(decoded, report);
+    assert_eq!(decoded.error, ReportedError::Backend(later.clone()));
+    let bytes = ok(report.to_bincode(), "the report in bincode");
+    assert_eq!(
+        ok(ErrorReport::from_bincode(&bytes), "bincode decodes"),
+        report
+    );
 }
 
 #[test]
@@ -167,9 +213,14 @@ fn concurrent_readers_while_a_step_fails_see_only_errors() {
         "the trap is returned once, then StorePoisoned: {answers:?}"
     );
     assert!(store.is_poisoned());
-    assert_eq!(
-        store.sync_to_host().map(|_| ()),
-        Err(BackendError::StorePoisoned)
+    let later = store.sync_to_host().map(|_| ());
+    assert!(
+        matches!(
+            &later,
+            Err(BackendError::StorePoisoned { cause })
+                if matches!(**cause, BackendError::DeviceContextPoisoned(_))
+        ),
+        "{later:?}"
     );
 }
 
@@ -279,11 +330,11 @@ fn a_trap_in_an_adam_step_latches_the_store_as_in_sgd() {
             "queued",
         )
     });
-    assert!(matches!(
-        store.sync_to_host(),
-        Err(BackendError::DeviceContextPoisoned(_))
-    ));
-    refuses_every_call(&client, &mut store);
+    let first = match store.sync_to_host() {
+        Err(error @ BackendError::DeviceContextPoisoned(_)) => error,
+        other => panic!("the trap is the answer, got {other:?}"),
+    };
+    refuses_every_call(&client, &mut store, &first);
 }
 
 #[test]
@@ -300,17 +351,14 @@ fn a_trap_in_an_amp_step_is_its_answer_and_latches_the_store() {
     let answer = with_gradients(&client, &mut store, &model, |store, gradients| {
         store.step_amp(gradients, &momentum(), &mut scaler)
     });
-    assert!(
-        matches!(
-            answer,
-            Err(cistern_client::AutodiffError::Backend(
-                BackendError::DeviceContextPoisoned(_)
-            ))
-        ),
-        "got {answer:?}"
-    );
+    let first = match answer {
+        Err(cistern_client::AutodiffError::Backend(
+            error @ BackendError::DeviceContextPoisoned(_),
+        )) => error,
+        other => panic!("the trap is the answer, got {other:?}"),
+    };
     assert_eq!(scaler.growth_tracker(), 0, "the scaler is not updated");
-    refuses_every_call(&client, &mut store);
+    refuses_every_call(&client, &mut store, &first);
 }
 
 #[test]
