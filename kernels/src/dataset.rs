@@ -77,8 +77,8 @@ pub fn shuffled(position: u32, rows: u32, key: u32) -> u32 {
     let half = bits.div_ceil(2);
     let mask = (1u32 << half) - 1;
     let mut x = position;
-    // Bounded: `x` walks the cycle of a permutation through `position < rows`.
-    for _ in 0..=u32::MAX {
+    // Ends: `x` walks the cycle of a permutation through `position < rows`.
+    loop {
         let (mut left, mut right) = (x >> half, x & mask);
         for round in 0..4u32 {
             let f = mix(right ^ key.wrapping_add(round.wrapping_mul(0x9e37_79b9))) & mask;
@@ -89,7 +89,6 @@ pub fn shuffled(position: u32, rows: u32, key: u32) -> u32 {
             return x;
         }
     }
-    position
 }
 
 /// Gathers the batch of step `counter[0]` (a `u32` held in an `f32`'s

@@ -6,8 +6,8 @@
 use std::ops::Range;
 
 use cistern_client::{
-    AutodiffError, BackendError, ComputeClient, DatasetLoss, DatasetTargets, DeviceParamStore,
-    ResidentDataset, Tape, Tensor,
+    AutodiffError, BackendError, ChainLayer, ComputeClient, DatasetLoss, DatasetTargets,
+    DeviceParamStore, ResidentDataset, Tape, Tensor, TrainStepLoss,
 };
 use cistern_optim::{GradScaler, GradScalerConfig, OptimizerConfig, SgdConfig};
 use cistern_parallel::{Replica, Shard};
@@ -206,12 +206,9 @@ fn chain_step(
     targets: &Tensor<f32>,
     config: &SgdConfig,
 ) -> Result<f32, Failure> {
-    let tape = Tape::new(model.client());
-    let leaves = model.store().snapshot_resident_params(&tape)?;
-    let chain = model.chain(&leaves);
-    let store = model.store_mut()?;
-    let loss = store.train_step_device_chain(&chain, features, targets, config)?;
-    Ok(store.read_train_step_loss(&loss)?)
+    step_chain(model, |store, chain| {
+        store.train_step_device_chain(chain, features, targets, config)
+    })
 }
 
 fn dataset_step(
@@ -219,11 +216,22 @@ fn dataset_step(
     dataset: &ResidentDataset,
     config: &SgdConfig,
 ) -> Result<f32, Failure> {
+    step_chain(model, |store, chain| {
+        store.train_step_device_chain_dataset(chain, dataset, DatasetLoss::Mse, config)
+    })
+}
+
+/// One chain step `send` makes over the model's current parameters, and
+/// its loss read (the step's one synchronisation).
+fn step_chain(
+    model: &mut StoreModel,
+    send: impl FnOnce(&mut DeviceParamStore, &[ChainLayer<'_>]) -> Result<TrainStepLoss, BackendError>,
+) -> Result<f32, Failure> {
     let tape = Tape::new(model.client());
     let leaves = model.store().snapshot_resident_params(&tape)?;
     let chain = model.chain(&leaves);
     let store = model.store_mut()?;
-    let loss = store.train_step_device_chain_dataset(&chain, dataset, DatasetLoss::Mse, config)?;
+    let loss = send(store, &chain)?;
     Ok(store.read_train_step_loss(&loss)?)
 }
 

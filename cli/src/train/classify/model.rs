@@ -3,8 +3,9 @@
 //! cross-entropy through the store's device chain (SGD) or the tape.
 
 use cistern_client::{
-    ChainLayer, ChainLoss, ComputeClient, CrossEntropyOptions, DatasetLoss, DatasetTargets,
-    DeviceParamStore, ResidentDataset, ResidentLeaf, StoreCheckpoint, Tape, Tensor,
+    BackendError, ChainLayer, ChainLoss, ComputeClient, CrossEntropyOptions, DatasetLoss,
+    DatasetTargets, DeviceParamStore, ResidentDataset, ResidentLeaf, StoreCheckpoint, Tape, Tensor,
+    TrainStepLoss,
 };
 use cistern_optim::{OptimizerConfig, SgdConfig};
 use cistern_runtime::Activation;
@@ -104,17 +105,13 @@ impl Classifier {
         options: &CrossEntropyOptions,
         config: &SgdConfig,
     ) -> Result<f32, Failure> {
-        let tape = Tape::new(&self.client);
-        let leaves = self.store.snapshot_resident_params(&tape)?;
-        let chain = self.chain(&leaves);
         let loss = ChainLoss::CrossEntropy {
             targets: labels,
             options,
         };
-        let sent = self
-            .store
-            .train_step_device_chain_with_loss(&chain, features, loss, config)?;
-        Ok(self.store.read_train_step_loss(&sent)?)
+        self.step_chain(|store, chain| {
+            store.train_step_device_chain_with_loss(chain, features, loss, config)
+        })
     }
 
     /// `features` (`rows×width`) and `labels` uploaded once as a resident
@@ -141,13 +138,25 @@ impl Classifier {
         options: &CrossEntropyOptions,
         config: &SgdConfig,
     ) -> Result<f32, Failure> {
+        let loss = DatasetLoss::CrossEntropy(options);
+        self.step_chain(|store, chain| {
+            store.train_step_device_chain_dataset(chain, dataset, loss, config)
+        })
+    }
+
+    /// One chain step `send` makes over the current parameters, and its
+    /// loss read (the step's one synchronisation).
+    fn step_chain(
+        &mut self,
+        send: impl FnOnce(
+            &mut DeviceParamStore,
+            &[ChainLayer<'_>],
+        ) -> Result<TrainStepLoss, BackendError>,
+    ) -> Result<f32, Failure> {
         let tape = Tape::new(&self.client);
         let leaves = self.store.snapshot_resident_params(&tape)?;
         let chain = self.chain(&leaves);
-        let loss = DatasetLoss::CrossEntropy(options);
-        let sent = self
-            .store
-            .train_step_device_chain_dataset(&chain, dataset, loss, config)?;
+        let sent = send(&mut self.store, &chain)?;
         Ok(self.store.read_train_step_loss(&sent)?)
     }
 
