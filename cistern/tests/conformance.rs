@@ -146,6 +146,7 @@ conformance_tests! {
     layers::softmax_over_any_dimension_matches_finite_differences,
     max::max_dim_kernels_take_the_first_maximum_and_route_the_gradient_there,
     max::max_dim_on_the_tape_matches_finite_differences,
+    max::max_dim_on_the_tape_returns_pytorchs_indices,
     classify::softmax_and_log_softmax_match_the_f64_reference_and_finite_differences,
     classify::every_cross_entropy_option_matches_the_f64_reference_and_finite_differences,
     classify::extreme_and_equal_logits_give_finite_correct_cross_entropy,

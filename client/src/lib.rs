@@ -35,6 +35,6 @@ pub use store::{
     StoreCheckpoint, TrainStepLoss, argmax_rows,
 };
 pub use tape::{
-    BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, Gradient, Gradients, NllLossOptions,
-    Tape, TapeId, Tensor, Var, WeightLayout,
+    BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, DimIndices, Gradient, Gradients,
+    NllLossOptions, Tape, TapeId, Tensor, Var, WeightLayout,
 };

@@ -30,6 +30,15 @@ fn max_reference(x: &[f32], spec: &MaxDimSpec) -> Vec<(f64, i32)> {
         .collect()
 }
 
+/// The spec of a maximum over dimension `d` of `shape`.
+fn spec_over(shape: &[usize], d: usize) -> MaxDimSpec {
+    MaxDimSpec {
+        outer: shape[..d].iter().product::<usize>() as u64,
+        dim: shape[d] as u64,
+        inner: shape[d + 1..].iter().product::<usize>() as u64,
+    }
+}
+
 fn run(client: &ComputeClient, launch: KernelLaunch) {
     let what = launch.kernel.name();
     let token = ok(client.launch_tracked(client.default_stream(), launch), what);
@@ -100,12 +109,7 @@ pub fn max_dim_on_the_tape_matches_finite_differences(device: Device) {
     let shape: &[usize] = &[2, 3, 4];
     for dim in [0isize, 1, 2, -1] {
         for keepdim in [false, true] {
-            let d = dim.rem_euclid(3) as usize;
-            let spec = MaxDimSpec {
-                outer: shape[..d].iter().product::<usize>() as u64,
-                dim: shape[d] as u64,
-                inner: shape[d + 1..].iter().product::<usize>() as u64,
-            };
+            let spec = spec_over(shape, dim.rem_euclid(3) as usize);
             check_tape(
                 device,
                 &format!("max_dim {dim} keepdim {keepdim}"),
@@ -123,6 +127,36 @@ pub fn max_dim_on_the_tape_matches_finite_differences(device: Device) {
                         })
                         .collect()
                 },
+            );
+        }
+    }
+}
+
+/// `max_dim_with_indices` on the tape: PyTorch's `torch.max(x, dim)`
+/// indices (the first of equals, the first NaN) in the values' shape, read
+/// back as `i64`, over every dimension with and without `keepdim`.
+pub fn max_dim_on_the_tape_returns_pytorchs_indices(device: Device) {
+    use cistern::client::{Tape, Tensor};
+    let client = open(device);
+    let mut rng = SplitMix64::new(4403);
+    let shape = [3usize, 4, 5];
+    let x = tied_values(&mut rng, shape.iter().product(), true);
+    for dim in [0isize, 1, -1] {
+        for keepdim in [false, true] {
+            let spec = spec_over(&shape, dim.rem_euclid(3) as usize);
+            let tape = Tape::new(&client);
+            let input = ok(tape.upload(&ok(Tensor::new(shape, x.clone()), "x")), "x");
+            let found = tape.max_dim_with_indices(&input, dim, keepdim);
+            let (values, indices) = ok(found, "max_dim_with_indices");
+            assert_eq!(indices.shape(), values.shape().as_slice(), "{device}");
+            let got = ok(indices.to_host(), "the indices");
+            let want: Vec<i64> = max_reference(&x, &spec)
+                .iter()
+                .map(|&(_, index)| i64::from(index))
+                .collect();
+            assert_eq!(
+                got, want,
+                "{device}: indices over dim {dim} keepdim {keepdim}"
             );
         }
     }

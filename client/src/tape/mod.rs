@@ -34,4 +34,5 @@ pub(crate) use sinks::Sinks;
 pub use tape::{Tape, TapeId};
 pub use tensor::Tensor;
 pub use var::Var;
+pub use views::DimIndices;
 pub use weight_layout::WeightLayout;

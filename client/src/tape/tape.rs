@@ -10,7 +10,7 @@ use super::node::{Node, Op, ResidentMark, VarIndex};
 use super::tensor::Tensor;
 use super::var::Var;
 use super::work::WorkLog;
-use crate::compute::{Buffer, ComputeClient, bytes_f32, f32_bytes};
+use crate::compute::{Buffer, ComputeClient, f32_bytes};
 use crate::error::AutodiffError;
 use crate::shape::ShapeError;
 
@@ -302,6 +302,17 @@ impl Tape {
     /// place the tape waits for the device. A launch of the tape that
     /// failed is the answer, before the read's own.
     pub(super) fn read(&self, buffer: &Buffer, elements: usize) -> Result<Vec<f32>, AutodiffError> {
+        let words = self.read_words(buffer, elements)?;
+        Ok(words.into_iter().map(f32::from_bits).collect())
+    }
+
+    /// `elements` 4-byte words of `buffer`, read on the tape's stream
+    /// after its work (whose failure is the answer, if any).
+    pub(super) fn read_words(
+        &self,
+        buffer: &Buffer,
+        elements: usize,
+    ) -> Result<Vec<u32>, AutodiffError> {
         if let Some(failure) = self.failure() {
             return Err(failure);
         }
@@ -309,7 +320,10 @@ impl Tape {
             .client
             .read_on(self.stream, buffer, 0, elements as u64 * 4);
         let bytes = self.work.borrow_mut().settle(bytes)?;
-        Ok(bytes_f32(&bytes))
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
     }
 }
 

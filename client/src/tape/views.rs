@@ -8,7 +8,46 @@ use super::node::Op;
 use super::strides::{axis, check_rank, permute_spec, sum_dims_spec};
 use super::tape::{Tape, checked_len};
 use super::var::Var;
+use crate::compute::Buffer;
 use crate::error::AutodiffError;
+
+/// The indices of a [`Tape::max_dim_with_indices`]: where along the
+/// reduced dimension each maximum is, on the device until read. Borrows
+/// its tape, as a [`Var`] does.
+#[derive(Clone)]
+pub struct DimIndices<'t> {
+    tape: &'t Tape,
+    buffer: Buffer,
+    shape: Vec<usize>,
+}
+
+impl DimIndices<'_> {
+    /// Their shape: the values' shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Reads them back (a synchronisation of the tape's stream), row-major
+    /// in [`shape`](Self::shape), as PyTorch's `int64` indices. A failure
+    /// of the tape's work is its error.
+    pub fn to_host(&self) -> Result<Vec<i64>, AutodiffError> {
+        let len = self.shape.iter().product();
+        let words = self.tape.read_words(&self.buffer, len)?;
+        Ok(words
+            .into_iter()
+            .map(|word| i64::from(word as i32))
+            .collect())
+    }
+}
+
+impl std::fmt::Debug for DimIndices<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DimIndices")
+            .field("tape", &self.tape.id())
+            .field("shape", &self.shape)
+            .finish()
+    }
+}
 
 impl Tape {
     /// The sum over the dimensions `dims` (negative ones count from the
@@ -86,6 +125,20 @@ impl Tape {
         dim: isize,
         keepdim: bool,
     ) -> Result<Var<'_>, AutodiffError> {
+        Ok(self.max_dim_with_indices(input, dim, keepdim)?.0)
+    }
+
+    /// [`max_dim`](Tape::max_dim) and the indices PyTorch's `torch.max(input,
+    /// dim, keepdim)` returns beside the values: where along `dim` each
+    /// maximum is (the first of equals, the first NaN), in the values'
+    /// shape. The indices are the ones backward routes through; they carry
+    /// no gradient.
+    pub fn max_dim_with_indices(
+        &self,
+        input: &Var<'_>,
+        dim: isize,
+        keepdim: bool,
+    ) -> Result<(Var<'_>, DimIndices<'_>), AutodiffError> {
         let input = self.operand(input)?;
         let d = axis("max_dim", dim, input.shape.len())?;
         let spec = MaxDimSpec {
@@ -106,12 +159,17 @@ impl Tape {
             values.whole(),
             indices.whole(),
         ))?;
+        let found = DimIndices {
+            tape: self,
+            buffer: indices.clone(),
+            shape: shape.clone(),
+        };
         let op = Op::MaxDim {
             input: input.index,
             spec,
             indices,
         };
-        Ok(self.record(values, shape, op))
+        Ok((self.record(values, shape, op), found))
     }
 
     /// The same elements under `shape`, as PyTorch's `reshape`: one
