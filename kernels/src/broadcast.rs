@@ -556,12 +556,12 @@ mod tests {
 
     #[test]
     fn runs_over_merged_dimensions_match_the_index_arithmetic_in_every_layout() {
-        // 4·1·97·3·29 = 33,756 outputs: past MIN_PARALLEL, so in pieces.
-        let shape = vec![4, 1, 97, 3, 29];
+        // 16·1·97·3·29 = 135,024 outputs: past MIN_PARALLEL, so in pieces.
+        let shape = vec![16, 1, 97, 3, 29];
         // a: a permuted contiguous tensor; b: broadcast along two dimensions.
-        let a_strides = vec![29 * 3, 0, 4 * 29 * 3, 29, 1];
+        let a_strides = vec![29 * 3, 0, 16 * 29 * 3, 29, 1];
         let b_strides = vec![0, 0, 3, 1, 0];
-        let a: Vec<f32> = (0..4 * 97 * 3 * 29).map(|v| v as f32 * 0.25).collect();
+        let a: Vec<f32> = (0..16 * 97 * 3 * 29).map(|v| v as f32 * 0.25).collect();
         let b: Vec<f32> = (0..97 * 3).map(|v| v as f32 + 1.0).collect();
         let spec = BroadcastSpec {
             op: BinaryOp::Div,
@@ -569,7 +569,7 @@ mod tests {
             a_strides: a_strides.clone(),
             b_strides: b_strides.clone(),
         };
-        let mut out = vec![0.0; 33_756];
+        let mut out = vec![0.0; 135_024];
         broadcast_binary(&spec, &a, &b, &mut out).unwrap();
         for (i, &got) in out.iter().enumerate() {
             let i = i as u64;
@@ -588,11 +588,11 @@ mod tests {
         for (i, &got) in out.iter().enumerate() {
             assert_eq!(got, 2.0 * a[offset(&shape, &a_strides, i as u64)]);
         }
-        spec.shape = vec![4, 1, 29];
+        spec.shape = vec![16, 1, 29];
         spec.strides = vec![29 * 3, 0, 1];
         spec.summed = vec![97, 3];
-        spec.summed_strides = vec![4 * 29 * 3, 29];
-        let mut sums = vec![0.0; 4 * 29];
+        spec.summed_strides = vec![16 * 29 * 3, 29];
+        let mut sums = vec![0.0; 16 * 29];
         strided_sum(&spec, &a, &mut sums).unwrap();
         for (i, &got) in sums.iter().enumerate() {
             let base = offset(&spec.shape, &spec.strides, i as u64);

@@ -13,8 +13,11 @@ use rayon::prelude::*;
 /// Elements per unit of parallel work (64 KiB of f32 per buffer).
 pub(crate) const PIECE: usize = 1 << 14;
 
-/// Inputs shorter than this run on the calling thread.
-pub(crate) const MIN_PARALLEL: usize = 1 << 15;
+/// Inputs shorter than this run on the calling thread. At 2^15 a ViT
+/// step's element-wise kernels (576×64 activations) woke the pool for a
+/// few microseconds of work each; at 2^17 the step is 15 % shorter
+/// (`docs/benchmarks.md`, vit_digits).
+pub(crate) const MIN_PARALLEL: usize = 1 << 17;
 
 /// How long the pool's workers stay awake after a threaded GEMM unless
 /// `CISTERN_GEMM_WARM_US` says otherwise (0: not at all).

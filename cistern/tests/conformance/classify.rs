@@ -330,7 +330,7 @@ pub fn extreme_and_equal_logits_give_finite_correct_cross_entropy(device: Device
 pub fn a_large_batch_matches_the_f64_reference(device: Device) {
     let client = open(device);
     // Past the CPU kernels' parallel threshold, several workgroups of rows.
-    let (rows, classes) = (300, 130);
+    let (rows, classes) = (1_100, 130);
     let mut rng = SplitMix64::new(9);
     let x: Vec<f32> = rng
         .symmetric_f32s(rows * classes)

@@ -38,7 +38,7 @@ pub fn elementwise_kernels_match_the_cpu_kernels(device: Device) {
     // after a vec4 bulk; from element 0 (whole vec4s where a device has
     // them) and from element 1 (off a 16-byte boundary).
     for first in [0, 1] {
-        elementwise_kernels_from(&client, first, 70_003);
+        elementwise_kernels_from(&client, first, 140_003);
     }
 }
 
@@ -96,7 +96,7 @@ pub fn every_element_wise_definition_matches_its_cpu_body(device: Device) {
     let client = open(device);
     for &op in MapOp::ALL {
         for first in [0, 1] {
-            element_wise_from(&client, device, op, first, 70_003);
+            element_wise_from(&client, device, op, first, 140_003);
         }
     }
 }

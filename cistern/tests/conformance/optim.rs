@@ -224,7 +224,7 @@ pub fn every_streaming_step_matches_the_reference_on_and_off_a_16_byte_boundary(
 
 pub fn buffers_large_enough_to_run_in_parallel_match_the_reference(device: Device) {
     let client = open(device);
-    let (segments, n) = segments(&[40_000, 1, 17_001], 5);
+    let (segments, n) = segments(&[140_000, 1, 17_001], 5);
     for config in every_family() {
         let error = compare(&client, &config, &segments, n, 5);
         assert!(error <= TOLERANCE, "{config:?}: {error:e}");
