@@ -238,7 +238,7 @@ fn stderr_of(args: &[String]) -> (bool, String) {
 }
 
 #[test]
-fn a_damaged_newest_checkpoint_is_passed_over_saying_so_and_another_run_s_is_refused() {
+fn a_damaged_newest_checkpoint_is_passed_over_saying_so_and_another_run_s_or_layout_s_is_refused() {
     let data = csv();
     let dir = scratch("damaged-checkpoints");
     let out = scratch("damaged.safetensors");
@@ -277,4 +277,20 @@ fn a_damaged_newest_checkpoint_is_passed_over_saying_so_and_another_run_s_is_ref
         stderr.contains("--checkpoint-every needs a directory"),
         "{stderr}"
     );
+    // A checkpoint from before the [in, out] weights names no layout: its
+    // square weights would pass the shape check, so it is refused.
+    let older = dir.join("checkpoint-000000000020.safetensors");
+    let bytes = std::fs::read(&older).unwrap_or_default();
+    let Ok(mut contents) = cistern::client::read_checkpoint(&bytes) else {
+        panic!("the step-20 checkpoint reads back");
+    };
+    if let Some(identity) = contents.run["identity"].as_object_mut() {
+        assert!(identity.remove("weight_layout").is_some(), "{identity:?}");
+    }
+    let mut rewritten = Vec::new();
+    let written = cistern::client::write_checkpoint(&mut rewritten, &contents.store, &contents.run);
+    assert!(written.is_ok() && std::fs::write(&older, rewritten).is_ok());
+    let (ok, stderr) = stderr_of(&with(&["--resume", &path(&dir)]));
+    assert!(!ok);
+    assert!(stderr.contains("stores its weights [out, in]"), "{stderr}");
 }

@@ -105,10 +105,12 @@ impl SavedModel {
             }
             FORMAT_OUT_IN => true,
             format => {
+                let weights = metadata
+                    .get(WEIGHT_LAYOUT_KEY)
+                    .map_or("unnamed", String::as_str);
                 return Err(format!(
-                    "layout `{format}` (weights {:?}), this build reads `{FORMAT}` \
-                     (weights `{WEIGHT_LAYOUT}`) and `{FORMAT_OUT_IN}`",
-                    metadata.get(WEIGHT_LAYOUT_KEY)
+                    "layout `{format}` (weights {weights}), this build reads `{FORMAT}` \
+                     (weights `{WEIGHT_LAYOUT}`) and `{FORMAT_OUT_IN}`"
                 ));
             }
         };
