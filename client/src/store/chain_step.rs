@@ -438,14 +438,9 @@ impl DeviceParamStore {
             }
             let (n, k) = (layer.n, layer.k);
             let weight_grad = self.slot_binding(&self.staging, layer.weight);
-            let (spec, _) = WeightLayout::InOut.weight_gradient(rows, n, k);
-            launches.push(KernelLaunch::gemm(
-                spec,
-                input_of(l).whole(),
-                g.whole(),
-                None,
-                weight_grad,
-            ));
+            let (spec, a, b) =
+                WeightLayout::InOut.weight_gradient((rows, n, k), g.whole(), input_of(l).whole());
+            launches.push(KernelLaunch::gemm(spec, a, b, None, weight_grad));
             if let Some(bias) = layer.bias {
                 let sums = self.slot_binding(&self.staging, bias);
                 launches.push(KernelLaunch::column_sum(

@@ -44,11 +44,10 @@ impl DeviceParamStore {
     /// else the value. A transient refusal is answered as itself.
     pub(super) fn after_wait<T>(&self, waited: Result<T, ServerError>) -> Result<T, BackendError> {
         let value = waited.map_err(|error| self.state.fail(BackendError::from(error)))?;
-        if let Err(error) = self.state.check_work() {
-            return Err(match error.is_transient() {
-                true => error,
-                false => self.state.poison().unwrap_or(error),
-            });
+        // A failure found here has latched the store: answered below.
+        match self.state.check_work() {
+            Err(error) if error.is_transient() => return Err(error),
+            _ => {}
         }
         if let Some(poisoned) = self.state.poison() {
             return Err(poisoned);

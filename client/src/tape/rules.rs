@@ -53,12 +53,7 @@ impl Tape {
                 let (m, k, n) = (input_shape[0], input_shape[1], shape[1]);
                 if reached(&weight) {
                     // ∂weight = gᵀ·input ([out, in]) or inputᵀ·g ([in, out]).
-                    let (spec, g_first) = layout.weight_gradient(m, n, k);
-                    let (a, b) = if g_first {
-                        (&g, &input_value)
-                    } else {
-                        (&input_value, &g)
-                    };
+                    let (spec, a, b) = layout.weight_gradient((m, n, k), &g, &input_value);
                     let grad = self.gemm_for(weight, spec, a, b, n * k, sinks)?;
                     out.push((weight, Grad::Device(grad)));
                 }

@@ -5,6 +5,8 @@
 
 use cistern_runtime::{Activation, GemmSpec};
 
+use super::rules::product;
+
 /// The storage order of a linear layer's weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WeightLayout {
@@ -47,31 +49,24 @@ impl WeightLayout {
         }
     }
 
-    /// The weight gradient's GEMM and whether its operands are
-    /// `(g, x)` (`OutIn`: `gᵀ·x`, `n×k`) rather than `(x, g)` (`InOut`:
-    /// `xᵀ·g`, `k×n`); both read A transposed.
-    pub(crate) fn weight_gradient(self, m: usize, n: usize, k: usize) -> (GemmSpec, bool) {
+    /// The weight gradient's GEMM and its operands `(A, B)` in order, from
+    /// the upstream gradient `g` and the input `x`: `gᵀ·x` (`OutIn`, `n×k`)
+    /// or `xᵀ·g` (`InOut`, `k×n`).
+    pub(crate) fn weight_gradient<T>(
+        self,
+        (m, n, k): (usize, usize, usize),
+        g: T,
+        x: T,
+    ) -> (GemmSpec, T, T) {
         match self {
-            WeightLayout::OutIn => (plain(n, k, m, true, false), true),
-            WeightLayout::InOut => (plain(k, n, m, true, false), false),
+            WeightLayout::OutIn => (product(n, k, m, true, false), g, x),
+            WeightLayout::InOut => (product(k, n, m, true, false), x, g),
         }
     }
 
     /// The input gradient's GEMM `g·W` (`OutIn`) or `g·Wᵀ` (`InOut`), `m×k`.
     pub(crate) fn input_gradient(self, m: usize, n: usize, k: usize) -> GemmSpec {
-        plain(m, k, n, false, self == WeightLayout::InOut)
-    }
-}
-
-/// A GEMM spec `m×n` over a contracted `k`, without bias or activation.
-fn plain(m: usize, n: usize, k: usize, transpose_a: bool, transpose_b: bool) -> GemmSpec {
-    GemmSpec {
-        m,
-        n,
-        k,
-        transpose_a,
-        transpose_b,
-        activation: Activation::Identity,
+        product(m, k, n, false, self == WeightLayout::InOut)
     }
 }
 
