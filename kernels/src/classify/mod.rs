@@ -13,12 +13,12 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::KernelError;
-use crate::parallel::MIN_PARALLEL;
+use crate::parallel::{MIN_PARALLEL, PIECE};
 
 mod rows;
 
 pub(crate) use rows::exp;
-use rows::{row_log_sum_exp, scaled_softmax};
+use rows::{narrow_softmax, row_log_sum_exp, scaled_softmax};
 
 /// How a per-row loss is reduced, as PyTorch's `reduction`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -183,6 +183,28 @@ fn for_rows(
     }
 }
 
+/// Runs `body(input rows, output rows, cols)` over blocks of whole rows,
+/// in parallel when the matrix is large.
+fn for_row_blocks(
+    input: &[f32],
+    out: &mut [f32],
+    cols: usize,
+    body: impl Fn(&[f32], usize, &mut [f32]) + Sync,
+) {
+    if cols == 0 {
+        return;
+    }
+    if input.len() < MIN_PARALLEL {
+        body(input, cols, out);
+    } else {
+        let block = (PIECE / cols).max(1) * cols;
+        input
+            .par_chunks(block)
+            .zip(out.par_chunks_mut(block))
+            .for_each(|(x, y)| body(x, cols, y));
+    }
+}
+
 /// Row-wise softmax (`log = false`) or log-softmax (`log = true`) of a
 /// `rows×cols` matrix, as PyTorch's `softmax(x, dim=-1)`.
 pub fn softmax(
@@ -195,6 +217,10 @@ pub fn softmax(
     let size = matrix_size(rows, cols)?;
     KernelError::check_len("x", size, x.len())?;
     KernelError::check_len("out", size, out.len())?;
+    if !log && cols < rows::LANES {
+        for_row_blocks(x, out, cols, narrow_softmax);
+        return Ok(());
+    }
     for_rows(x, out, cols, |_, x, y| {
         if log {
             let (max, log_sum) = row_log_sum_exp(x);
@@ -530,5 +556,28 @@ mod tests {
         };
         assert!(class_loss(&weighted, &[0.0, 1.0], &[0], None, &mut out).is_err());
         assert!(class_loss(&weighted, &[0.0, 1.0], &[0], Some(&[1.0]), &mut out).is_err());
+    }
+
+    #[test]
+    fn narrow_rows_give_the_bits_of_the_row_by_row_softmax_serial_and_in_parallel() {
+        // 9 columns (attention over 9 tokens): 150 rows span three blocks;
+        // 15,000 rows reach the parallel path.
+        for rows in [1usize, 150, 15_000] {
+            let cols = 9;
+            let x: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 7_919) % 1_000) as f32 / 50.0 - 10.0)
+                .collect();
+            let mut out = vec![0.0; rows * cols];
+            softmax(&x, rows, cols, false, &mut out).unwrap();
+            let mut want = vec![0.0; cols];
+            for (x, got) in x.chunks(cols).zip(out.chunks(cols)) {
+                rows::scaled_softmax(x, 1.0, &mut want);
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{got:?} vs {want:?}");
+            }
+        }
     }
 }

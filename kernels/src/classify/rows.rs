@@ -13,12 +13,21 @@ pub(super) fn scaled_softmax(row: &[f32], coefficient: f32, out: &mut [f32]) {
     (row_kernels().scaled_softmax)(row, coefficient, out)
 }
 
+/// `out ← softmax` of each `cols`-wide row of `x`, for rows narrower than
+/// [`LANES`]: the exponentials of a block of rows taken in lanes together
+/// (one row alone would leave the lanes empty); the same values as
+/// [`scaled_softmax`] with a coefficient of 1.
+pub(super) fn narrow_softmax(x: &[f32], cols: usize, out: &mut [f32]) {
+    (row_kernels().narrow_softmax)(x, cols, out)
+}
+
 /// The row loops, compiled for the widest vector unit present: the same
 /// source (`*_body`, inlined into each), so the same rounding (Rust never
 /// contracts to FMA), only more lanes at a time.
 struct RowKernels {
     log_sum_exp: fn(&[f32]) -> (f32, f32),
     scaled_softmax: fn(&[f32], f32, &mut [f32]),
+    narrow_softmax: fn(&[f32], usize, &mut [f32]),
 }
 
 fn row_kernels() -> &'static RowKernels {
@@ -30,18 +39,21 @@ fn row_kernels() -> &'static RowKernels {
                 return RowKernels {
                     log_sum_exp: wide::log_sum_exp_avx512,
                     scaled_softmax: wide::scaled_softmax_avx512,
+                    narrow_softmax: wide::narrow_softmax_avx512,
                 };
             }
             if std::is_x86_feature_detected!("avx2") {
                 return RowKernels {
                     log_sum_exp: wide::log_sum_exp_avx2,
                     scaled_softmax: wide::scaled_softmax_avx2,
+                    narrow_softmax: wide::narrow_softmax_avx2,
                 };
             }
         }
         RowKernels {
             log_sum_exp: log_sum_exp_body,
             scaled_softmax: scaled_softmax_body,
+            narrow_softmax: narrow_softmax_body,
         }
     })
 }
@@ -49,10 +61,10 @@ fn row_kernels() -> &'static RowKernels {
 /// The AVX2 and AVX-512 instances of the row loops.
 #[cfg(target_arch = "x86_64")]
 mod wide {
-    use super::{log_sum_exp_body, scaled_softmax_body};
+    use super::{log_sum_exp_body, narrow_softmax_body, scaled_softmax_body};
 
     macro_rules! instances {
-        ($feature:literal, $lse:ident, $softmax:ident) => {
+        ($feature:literal, $lse:ident, $softmax:ident, $narrow:ident) => {
             pub(super) fn $lse(row: &[f32]) -> (f32, f32) {
                 #[target_feature(enable = $feature)]
                 unsafe fn body(row: &[f32]) -> (f32, f32) {
@@ -70,11 +82,30 @@ mod wide {
                 // SAFETY: chosen only where the CPU has the feature (`row_kernels`).
                 unsafe { body(row, coefficient, out) }
             }
+
+            pub(super) fn $narrow(x: &[f32], cols: usize, out: &mut [f32]) {
+                #[target_feature(enable = $feature)]
+                unsafe fn body(x: &[f32], cols: usize, out: &mut [f32]) {
+                    narrow_softmax_body(x, cols, out)
+                }
+                // SAFETY: chosen only where the CPU has the feature (`row_kernels`).
+                unsafe { body(x, cols, out) }
+            }
         };
     }
 
-    instances!("avx2", log_sum_exp_avx2, scaled_softmax_avx2);
-    instances!("avx512f", log_sum_exp_avx512, scaled_softmax_avx512);
+    instances!(
+        "avx2",
+        log_sum_exp_avx2,
+        scaled_softmax_avx2,
+        narrow_softmax_avx2
+    );
+    instances!(
+        "avx512f",
+        log_sum_exp_avx512,
+        scaled_softmax_avx512,
+        narrow_softmax_avx512
+    );
 }
 
 /// [`row_log_sum_exp`]'s loop: lanes each for the maximum and the sum, so
@@ -119,6 +150,39 @@ fn scaled_softmax_body(row: &[f32], coefficient: f32, out: &mut [f32]) {
     }
 }
 
+/// [`narrow_softmax`]'s loops, a block of rows at a time: each row's
+/// maximum taken off, the block's exponentials in lanes, then each row's
+/// sum (in order, as [`scaled_softmax_body`]'s tail) and scale.
+#[inline(always)]
+fn narrow_softmax_body(x: &[f32], cols: usize, out: &mut [f32]) {
+    if cols == 0 {
+        return;
+    }
+    let block = NARROW_BLOCK_ROWS * cols;
+    for (x, out) in x.chunks(block).zip(out.chunks_mut(block)) {
+        for (x, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+            // A plain fold: `row_max`'s empty lanes would cost more than the row.
+            let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            for (out, &x) in out.iter_mut().zip(x) {
+                *out = x - max;
+            }
+        }
+        for out in out.iter_mut() {
+            *out = exp(*out);
+        }
+        for out in out.chunks_exact_mut(cols) {
+            let scale = 1.0 / out.iter().sum::<f32>();
+            for out in out.iter_mut() {
+                *out *= scale;
+            }
+        }
+    }
+}
+
+/// Rows of a block of [`narrow_softmax_body`]: a few kilobytes, so the
+/// block stays in the L1 cache between its passes.
+const NARROW_BLOCK_ROWS: usize = 64;
+
 /// A row's maximum, in lanes (NaN ignored, as `f32::max`).
 #[inline(always)]
 fn row_max(row: &[f32]) -> f32 {
@@ -137,7 +201,7 @@ fn row_max(row: &[f32]) -> f32 {
 }
 
 /// Lanes of the row loops (one AVX-512 register, two AVX ones).
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 
 /// `eˣ` in f32 without a call, so that row loops vectorise: Cephes' `expf`
 /// (a rounding to `k = round(x·log₂e)`, `r = x − k·ln 2` in two parts, a
