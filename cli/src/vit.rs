@@ -8,8 +8,9 @@
 //! The class token is a learned `[1, 1, 64]` parameter broadcast over the
 //! batch and put first (`cat`); the head reads it back with `narrow`.
 
-use cistern_client::{AutodiffError, ShapeError, Tape, Tensor, Var};
+use cistern_client::{AutodiffError, ShapeError, Tape, Tensor, Var, WeightLayout};
 use cistern_memory::SplitMix64;
+use cistern_runtime::Activation;
 
 /// Rows of an image: its patch tokens.
 pub const ROWS: usize = 8;
@@ -100,14 +101,28 @@ pub fn zeros(b: usize) -> Result<Tensor<f32>, ShapeError> {
     Tensor::full([b, 1, D], 0.0)
 }
 
-/// `x·w + b` over the last dimension.
+/// `x·w + b` over the last dimension: one GEMM with its bias fused (the
+/// leading dimensions flattened into rows, a view).
 fn dense<'t>(
     tape: &'t Tape,
     x: &Var<'t>,
     p: &mut std::slice::Iter<'_, Var<'t>>,
 ) -> Result<Var<'t>, AutodiffError> {
     let (w, b) = (next(p)?, next(p)?);
-    tape.add(&tape.matmul(x, &w)?, &b)
+    let mut shape: Vec<isize> = x.shape().iter().map(|&d| d as isize).collect();
+    let width = shape.last().copied().unwrap_or(0);
+    let rows = tape.reshape(x, &[-1, width])?;
+    let y = tape.linear_with_layout(
+        &rows,
+        &w,
+        Some(&b),
+        Activation::Identity,
+        WeightLayout::InOut,
+    )?;
+    if let (Some(last), Some(&out)) = (shape.last_mut(), w.shape().last()) {
+        *last = out as isize;
+    }
+    tape.reshape(&y, &shape)
 }
 
 fn next<'t>(p: &mut std::slice::Iter<'_, Var<'t>>) -> Result<Var<'t>, AutodiffError> {

@@ -98,19 +98,28 @@ pub fn batched_gemm(
         return Ok(());
     }
     let (a_block, b_block) = (m * k, k * n);
+    let product = |(c, (&at_a, &at_b)): (&mut [f32], (&u64, &u64))| {
+        let (at_a, at_b) = (at_a as usize, at_b as usize);
+        gemm(
+            &spec.gemm,
+            &a[at_a..at_a + a_block],
+            &b[at_b..at_b + b_block],
+            None,
+            c,
+        )
+    };
+    let offsets = spec.a_offsets.iter().zip(&spec.b_offsets);
+    if spec.batch().saturating_mul(m * n * k) < PARALLEL_BATCH {
+        return c.chunks_mut(m * n).zip(offsets).try_for_each(product);
+    }
     c.par_chunks_mut(m * n)
         .zip(spec.a_offsets.par_iter().zip(&spec.b_offsets))
-        .try_for_each(|(c, (&at_a, &at_b))| {
-            let (at_a, at_b) = (at_a as usize, at_b as usize);
-            gemm(
-                &spec.gemm,
-                &a[at_a..at_a + a_block],
-                &b[at_b..at_b + b_block],
-                None,
-                c,
-            )
-        })
+        .try_for_each(product)
 }
+
+/// Batches of fewer multiply-adds run on the calling thread: waking the
+/// pool for attention's 256 products of `9×9×16` cost more than they do.
+const PARALLEL_BATCH: usize = 1 << 21;
 
 #[cfg(test)]
 mod tests {
@@ -132,6 +141,38 @@ mod tests {
         let mut c = [0.0; 2];
         batched_gemm(&spec, &[1.0, 2.0, 3.0, 4.0], &[10.0, 100.0], &mut c).unwrap();
         assert_eq!(c, [210.0, 430.0]);
+    }
+
+    #[test]
+    fn a_batch_large_enough_for_the_pool_gives_each_product_as_one_gemm_does() {
+        let (m, n, k, batch) = (64, 48, 32, 40);
+        assert!(batch * m * n * k >= PARALLEL_BATCH);
+        let a: Vec<f32> = (0..batch * m * k).map(|i| (i % 13) as f32 - 6.0).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.5).collect();
+        let spec = BatchedGemmSpec {
+            gemm: GemmSpec {
+                m,
+                n,
+                k,
+                ..GemmSpec::default()
+            },
+            a_offsets: (0..batch as u64).map(|i| i * (m * k) as u64).collect(),
+            b_offsets: vec![0; batch],
+        };
+        let mut c = vec![0.0; batch * m * n];
+        batched_gemm(&spec, &a, &b, &mut c).unwrap();
+        for (i, c) in c.chunks(m * n).enumerate() {
+            let mut want = vec![0.0; m * n];
+            gemm(
+                &spec.gemm,
+                &a[i * m * k..(i + 1) * m * k],
+                &b,
+                None,
+                &mut want,
+            )
+            .unwrap();
+            assert_eq!(c, &want[..], "product {i}");
+        }
     }
 
     #[test]
