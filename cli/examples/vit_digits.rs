@@ -114,6 +114,8 @@ fn main() -> Result<(), Error> {
     let (images, labels) = &data.train;
     let n = labels.len();
     let mut seed = 0u64;
+    // One tape for every step: `reset` keeps its buffers for the next.
+    let mut tape = Tape::new(&client);
     let started = Instant::now();
     let (mut steps, mut launches, mut evaluating) = (0usize, 0usize, 0.0);
     for epoch in 1..=epochs {
@@ -129,17 +131,18 @@ fn main() -> Result<(), Error> {
                 x.extend_from_slice(&images[i * ROWS * PIXELS..(i + 1) * ROWS * PIXELS]);
                 y.push(labels[i] as i64);
             }
-            let tape = Tape::new(&client);
-            let leaves = store.register_resident_params(&tape)?;
+            tape.reset()?;
+            let tape = &tape;
+            let leaves = store.register_resident_params(tape)?;
             let p: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
             let input = tape.upload(&Tensor::new([batch.len(), ROWS, PIXELS], x)?)?;
             let zeros = tape.upload(&zeros(batch.len())?)?;
             seed += 1 << 20;
             let mut dropout = Dropout::training(seed);
-            let logits = forward(&tape, &p, &input, &zeros, &mut dropout)?;
+            let logits = forward(tape, &p, &input, &zeros, &mut dropout)?;
             let targets = tape.class_targets(&y)?;
             let loss = tape.cross_entropy(&logits, &targets, &CrossEntropyOptions::default())?;
-            let gradients = store.backward(&tape, &loss)?;
+            let gradients = store.backward(tape, &loss)?;
             store.step_adamw(&gradients, &config)?;
             total += f64::from(loss.item()?);
             launches = tape.launches().len();

@@ -1,6 +1,7 @@
 //! `Tape`: one training step's record of values on the device, and its leaves.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cistern_runtime::{AllocationPolicy, FailureToken, KernelLaunch, ServerError, StreamId};
@@ -49,6 +50,9 @@ pub struct Tape {
     /// Every buffer the tape reserved (values, gradients, scratch), held
     /// until it drops, so the launches it sent stay valid to replay.
     held: RefCell<Vec<Buffer>>,
+    /// The buffers of the recording before the last [`reset`](Tape::reset),
+    /// by size in bytes, for reservations to take instead of the device's.
+    spare: RefCell<HashMap<u64, Vec<Buffer>>>,
     work: RefCell<WorkLog>,
 }
 
@@ -66,8 +70,33 @@ impl Tape {
             stream,
             nodes: RefCell::new(Vec::new()),
             held: RefCell::new(Vec::new()),
+            spare: RefCell::new(HashMap::new()),
             work: RefCell::new(WorkLog::default()),
         }
+    }
+
+    /// Clears the record for the next step and keeps its buffers: the next
+    /// recording's reservations of the same sizes take them without a call
+    /// to the device (the round trip that dominated recording a small
+    /// model's step); buffers it does not take are returned at the next
+    /// reset or drop. Launches still running are ordered before their
+    /// buffers' next use (the server orders work per allocation), and a
+    /// failure among them is still the answer of the next call that waits.
+    /// A tape that saw a failure is refused with it: make a new tape (also
+    /// after a device recovery, whose generation retires these buffers).
+    pub fn reset(&mut self) -> Result<(), AutodiffError> {
+        if let Some(failure) = self.work.get_mut().failure() {
+            return Err(failure.clone());
+        }
+        self.id = TapeId::next();
+        self.nodes.get_mut().clear();
+        self.work.get_mut().forget_launches();
+        let spare = self.spare.get_mut();
+        spare.clear();
+        for buffer in self.held.get_mut().drain(..) {
+            spare.entry(buffer.size()).or_default().push(buffer);
+        }
+        Ok(())
     }
 
     /// Its process-unique id.
@@ -266,10 +295,16 @@ impl Tape {
         let bytes = (elements as u64).checked_mul(4).ok_or_else(|| {
             AutodiffError::InvalidArgument(format!("{elements} elements overflow a buffer"))
         })?;
-        let reserved = self
-            .client
-            .reserve_with(bytes, AllocationPolicy::Allow, self.stream);
-        let buffer = self.answer(reserved)?;
+        let spare = self.spare.borrow_mut().get_mut(&bytes).and_then(Vec::pop);
+        let buffer = match spare {
+            Some(buffer) => buffer,
+            None => {
+                let reserved =
+                    self.client
+                        .reserve_with(bytes, AllocationPolicy::Allow, self.stream);
+                self.answer(reserved)?
+            }
+        };
         self.held.borrow_mut().push(buffer.clone());
         Ok(buffer)
     }

@@ -29,6 +29,12 @@ impl WorkLog {
         self.pending.push(token);
     }
 
+    /// Forgets the launches sent (a new step's record begins); their tokens
+    /// and a latched failure stay.
+    pub(super) fn forget_launches(&mut self) {
+        self.launches.clear();
+    }
+
     /// The launches sent, in order.
     pub(super) fn launches(&self) -> &[KernelLaunch] {
         &self.launches

@@ -88,3 +88,25 @@ fn a_trap_during_backward_is_the_tapes_error_and_a_recovered_device_serves_a_new
         healthy_gradient
     );
 }
+
+#[test]
+fn a_tape_that_saw_a_failure_refuses_a_reset_with_that_failure() {
+    let data = data();
+    let healthy = step(&open(), &data);
+    let plan = FaultPlan::none().with_trap_at_launch(healthy.forward as u64 + 2);
+    let client = open_with(DeviceOptions::with_memory_limit(64 << 20).with_faults(plan));
+    let mut tape = Tape::new(&client);
+    let failure = {
+        let x = ok(tape.upload(&data.x), "x");
+        let (w, b) = (ok(tape.var(&data.w), "w"), ok(tape.var(&data.b), "b"));
+        let y = ok(tape.upload(&data.y), "y");
+        let pred = ok(tape.linear(&x, &w, Some(&b), Activation::Sigmoid), "linear");
+        let loss = ok(tape.mse_loss(&pred, &y), "loss");
+        let _ = tape.backward(&loss);
+        match loss.item() {
+            Err(error) => error,
+            Ok(loss) => panic!("the trap reaches the loss read, got {loss}"),
+        }
+    };
+    assert_eq!(tape.reset(), Err(failure));
+}

@@ -13,8 +13,9 @@ use std::sync::OnceLock;
 use super::GemmSpec;
 
 /// Products smaller than this (m·n·k multiply-adds) run as one call: below
-/// it, waking the pool costs more than it saves.
-const PARALLEL_WORK: usize = 1 << 21;
+/// it, waking the pool costs more than it saves (in the ViT step a
+/// 576×64×64 product took 33 µs alone and 58–70 µs split in two).
+const PARALLEL_WORK: usize = 1 << 23;
 
 /// The fewest rows or columns of C one task gets.
 const MIN_BLOCK: usize = 64;

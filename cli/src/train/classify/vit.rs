@@ -19,6 +19,9 @@ const SEEDS_PER_STEP: u64 = 1 << 20;
 pub struct Vit {
     client: ComputeClient,
     store: DeviceParamStore,
+    /// The training steps' tape, reset for each step to reuse its buffers
+    /// (none after a failed step: the next makes a new one).
+    tape: Option<Box<Tape>>,
     seed: u64,
     parameters: usize,
 }
@@ -47,6 +50,7 @@ impl Vit {
         Ok(Vit {
             client: client.clone(),
             store,
+            tape: None,
             seed: seed.wrapping_mul(SEEDS_PER_STEP),
             parameters,
         })
@@ -66,8 +70,26 @@ impl Vit {
         options: &CrossEntropyOptions,
         config: &OptimizerConfig,
     ) -> Result<f32, Failure> {
-        let tape = Tape::new(&self.client);
-        let leaves = self.store.register_resident_params(&tape)?;
+        let reused = self
+            .tape
+            .take()
+            .and_then(|mut tape| tape.reset().ok().map(|()| tape));
+        let tape = reused.unwrap_or_else(|| Box::new(Tape::new(&self.client)));
+        let loss = self.step_on(&tape, features, labels, options, config)?;
+        self.tape = Some(tape);
+        Ok(loss)
+    }
+
+    /// [`tape_step`](Self::tape_step) recorded on `tape`.
+    fn step_on(
+        &mut self,
+        tape: &Tape,
+        features: &Tensor<f32>,
+        labels: &[i64],
+        options: &CrossEntropyOptions,
+        config: &OptimizerConfig,
+    ) -> Result<f32, Failure> {
+        let leaves = self.store.register_resident_params(tape)?;
         let params: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
         let b = labels.len();
         let images = images(features.data(), b)?;
@@ -75,10 +97,10 @@ impl Vit {
         let zeros = tape.upload(&zeros(b)?)?;
         self.seed = self.seed.wrapping_add(SEEDS_PER_STEP);
         let mut dropout = vit::Dropout::training(self.seed);
-        let logits = vit::forward(&tape, &params, &images, &zeros, &mut dropout)?;
+        let logits = vit::forward(tape, &params, &images, &zeros, &mut dropout)?;
         let targets = tape.class_targets(labels)?;
         let loss = tape.cross_entropy(&logits, &targets, options)?;
-        let gradients = self.store.backward(&tape, &loss)?;
+        let gradients = self.store.backward(tape, &loss)?;
         let store = &mut self.store;
         match config {
             OptimizerConfig::Sgd(c) => store.step(&gradients, c)?,

@@ -184,8 +184,8 @@ fn every_micro_kernel_on_this_cpu_matches_the_reference_when_its_tasks_share_a_p
     let shapes = [
         (131, 523, 257),
         (523, 131, 257),
-        (97, 389, 61),
-        (389, 97, 61),
+        (97, 389, 223),
+        (389, 97, 223),
     ];
     for threads in [2, 3] {
         let pool = match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
