@@ -2,6 +2,7 @@
 //! hosts, its replicas bit-identical after every step.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use cistern_client::{
     BackendError, ComputeClient, DeviceParamStore, StoreCheckpoint, Tape, Tensor,
@@ -473,27 +474,32 @@ impl ReplicaGroup {
     /// The mean gradient over the global batch of `total` examples: each
     /// replica's weighted by its share of them (exactly ½ for two equal
     /// shards), summed over every replica of every process, bucket by
-    /// bucket. A replica that fails to give its bucket contributes zeros
-    /// and its error: every process still takes part in every collective,
-    /// so none waits for a peer that gave up.
+    /// bucket: each bucket's mean, one buffer that every replica's write
+    /// shares. A replica that fails to give its bucket
+    /// contributes zeros and its error: every process still takes part in
+    /// every collective, so none waits for a peer that gave up.
     fn reduce(
         &mut self,
         outcomes: &mut [Result<Shard, BackendError>],
         total: usize,
-    ) -> Result<Vec<f32>, GroupError> {
-        let mut reduced = vec![0.0f32; self.numel];
+    ) -> Result<Vec<BucketMean>, GroupError> {
+        let mut reduced = Vec::with_capacity(self.buckets.len());
         for bucket in self.buckets.clone() {
             let shards: Vec<Option<Shard>> =
                 outcomes.iter().map(|o| o.as_ref().ok().copied()).collect();
+            let weights: Vec<f32> = shards
+                .iter()
+                .map(|shard| shard.map_or(1.0, |s| s.examples as f32 / total.max(1) as f32))
+                .collect();
             let pairs: Vec<_> = self.replicas.iter_mut().zip(shards).collect();
             let read = on_each(pairs, |(replica, shard)| {
-                weighted_bucket(replica, shard, &bucket, total)
+                staged_bucket(replica, shard, &bucket)
             });
             let mut buffers = Vec::with_capacity(read.len());
             for (outcome, read) in outcomes.iter_mut().zip(read) {
                 let failed = match read {
-                    Some(Ok(values)) => {
-                        buffers.push(values);
+                    Some(Ok(bytes)) => {
+                        buffers.push(bytes);
                         continue;
                     }
                     Some(Err(error)) => error,
@@ -502,10 +508,14 @@ impl ReplicaGroup {
                 if outcome.is_ok() {
                     *outcome = Err(failed);
                 }
-                buffers.push(vec![0.0; bucket.len()]);
+                buffers.push(vec![0; bucket.len() * 4]);
             }
-            self.engine.all_reduce_sum(&mut buffers)?;
-            reduced[bucket].copy_from_slice(&buffers[0]);
+            self.engine.all_reduce_weighted(&mut buffers, &weights)?;
+            let mean = buffers.into_iter().next().unwrap_or_default();
+            reduced.push(BucketMean {
+                start: bucket.start,
+                bytes: Arc::new(mean),
+            });
         }
         Ok(reduced)
     }
@@ -542,11 +552,17 @@ impl ReplicaGroup {
     /// gradients and waits until its device ran all of the step's work so
     /// far (its store's stream and its default stream, the tape's): a
     /// fault anywhere in it fails the replica's outcome before the vote.
-    fn write(&mut self, outcomes: &mut [Result<Shard, BackendError>], mean: &[f32]) {
+    fn write(&mut self, outcomes: &mut [Result<Shard, BackendError>], mean: &[BucketMean]) {
         let pairs: Vec<_> = self.replicas.iter_mut().zip(outcomes.iter()).collect();
         let written = on_each(pairs, |(replica, outcome)| match outcome {
             Ok(_) => {
-                retry_transfer(|| replica.store.write_staged(0, mean))?;
+                for bucket in mean {
+                    retry_transfer(|| {
+                        replica
+                            .store
+                            .write_staged_bytes(bucket.start, &bucket.bytes)
+                    })?;
+                }
                 replica.store.wait_device()?;
                 let stream = replica.client.default_stream();
                 replica.client.sync(stream).map_err(BackendError::from)
@@ -651,23 +667,17 @@ fn on_each<A: Send, T: Send>(items: Vec<A>, f: impl Fn(A) -> T + Sync) -> Vec<Op
     })
 }
 
-/// A replica's share of `bucket`: its staged gradients times its share of
-/// the `total` examples; zeros for a replica that already failed.
-fn weighted_bucket(
+/// A replica's `bucket` of staged gradients, as the device answers it;
+/// zeros for a replica that already failed.
+fn staged_bucket(
     replica: &mut Replica,
     shard: Option<Shard>,
     bucket: &Range<usize>,
-    total: usize,
-) -> Result<Vec<f32>, BackendError> {
-    let Some(shard) = shard else {
-        return Ok(vec![0.0; bucket.len()]);
-    };
-    let mut values = retry_transfer(|| replica.store.read_staged(bucket.clone()))?;
-    let weight = shard.examples as f32 / total.max(1) as f32;
-    if weight != 1.0 {
-        values.iter_mut().for_each(|value| *value *= weight);
+) -> Result<Vec<u8>, BackendError> {
+    match shard {
+        Some(_) => retry_transfer(|| replica.store.read_staged_bytes(bucket.clone())),
+        None => Ok(vec![0; bucket.len() * 4]),
     }
-    Ok(values)
 }
 
 /// `transfer`, once more after a failed transfer (operation-local:
@@ -683,6 +693,13 @@ fn retry_transfer<T>(
 
 fn panicked(what: &str) -> BackendError {
     BackendError::InvalidArgument(format!("{what} panicked on this replica"))
+}
+
+/// A bucket's mean gradient: its first float and its `f32`s' bytes, one
+/// buffer that every replica's write shares.
+struct BucketMean {
+    start: usize,
+    bytes: Arc<Vec<u8>>,
 }
 
 /// The vote's sums.
