@@ -553,21 +553,32 @@ impl ReplicaGroup {
     /// far (its store's stream and its default stream, the tape's): a
     /// fault anywhere in it fails the replica's outcome before the vote.
     fn write(&mut self, outcomes: &mut [Result<Shard, BackendError>], mean: &[BucketMean]) {
+        // Every write is queued before any wait: the devices copy at once.
         let pairs: Vec<_> = self.replicas.iter_mut().zip(outcomes.iter()).collect();
-        let written = on_each(pairs, |(replica, outcome)| match outcome {
-            Ok(_) => {
-                for bucket in mean {
-                    retry_transfer(|| {
-                        replica
-                            .store
-                            .write_staged_bytes(bucket.start, &bucket.bytes)
-                    })?;
-                }
-                replica.store.wait_device()?;
-                let stream = replica.client.default_stream();
-                replica.client.sync(stream).map_err(BackendError::from)
-            }
+        let queued = in_turn(pairs, |(replica, outcome)| match outcome {
+            Ok(_) => mean.iter().try_for_each(|bucket| {
+                retry_transfer(|| {
+                    replica
+                        .store
+                        .write_staged_bytes(bucket.start, &bucket.bytes)
+                })
+            }),
             Err(_) => Ok(()),
+        });
+        let items: Vec<_> = (self.replicas.iter_mut().zip(queued))
+            .zip(outcomes.iter().map(Result::is_ok))
+            .collect();
+        let written = in_turn(items, |((replica, queued), healthy)| {
+            match (healthy, queued) {
+                (false, _) => Ok(()),
+                (true, Some(Ok(()))) => {
+                    replica.store.wait_device()?;
+                    let stream = replica.client.default_stream();
+                    replica.client.sync(stream).map_err(BackendError::from)
+                }
+                (true, Some(Err(error))) => Err(error),
+                (true, None) => Err(panicked("its write of the mean")),
+            }
         });
         for (outcome, written) in outcomes.iter_mut().zip(written) {
             let failed = match written {
@@ -593,7 +604,7 @@ impl ReplicaGroup {
         scaler: Option<&mut GradScaler>,
     ) -> Result<(Vec<Result<Shard, BackendError>>, bool), GroupError> {
         let template = scaler.as_deref().cloned();
-        let stepped = on_each(self.replicas.iter_mut().collect(), |replica| {
+        let step = |replica: &mut Replica| {
             let mut own = template.clone();
             let skipped = match &mut own {
                 None => replica.store.step_staged(config).map(|()| false),
@@ -603,7 +614,14 @@ impl ReplicaGroup {
                     .map_err(BackendError::from),
             };
             (skipped, own)
-        });
+        };
+        // A plain step only queues its kernels; an AMP step waits for its
+        // device's verdict on the gradients, so those run side by side.
+        let replicas = self.replicas.iter_mut().collect();
+        let stepped = match template {
+            None => in_turn(replicas, step),
+            Some(_) => on_each(replicas, step),
+        };
         let mut decisions = Vec::with_capacity(stepped.len());
         let mut updated = None;
         let mut outcomes = Vec::with_capacity(stepped.len());
@@ -665,6 +683,15 @@ fn on_each<A: Send, T: Send>(items: Vec<A>, f: impl Fn(A) -> T + Sync) -> Vec<Op
             .map(|thread| thread.join().ok())
             .collect()
     })
+}
+
+/// `f` on each item in turn, on this thread: for calls that only queue
+/// work, cheaper than a thread each; `None` for an item whose `f` panicked.
+fn in_turn<A, T>(items: Vec<A>, f: impl Fn(A) -> T) -> Vec<Option<T>> {
+    items
+        .into_iter()
+        .map(|item| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(item))).ok())
+        .collect()
 }
 
 /// A replica's `bucket` of staged gradients, as the device answers it;
@@ -771,4 +798,18 @@ fn store_of(
     }
     let refs: Vec<&Tensor<f32>> = tensors.iter().collect();
     DeviceParamStore::new(&Tape::new(client), &refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_in_turn_answer_none_for_an_item_that_panicked_and_go_on() {
+        let answers = in_turn(vec![1, 2, 3], |item| match item {
+            2 => panic!("the second item's call fails"),
+            other => other * 10,
+        });
+        assert_eq!(answers, vec![Some(10), None, Some(30)]);
+    }
 }
