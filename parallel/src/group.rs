@@ -2,6 +2,7 @@
 //! hosts, its replicas bit-identical after every step.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use cistern_client::{
     BackendError, ComputeClient, DeviceParamStore, StoreCheckpoint, Tape, Tensor,
@@ -473,27 +474,32 @@ impl ReplicaGroup {
     /// The mean gradient over the global batch of `total` examples: each
     /// replica's weighted by its share of them (exactly ½ for two equal
     /// shards), summed over every replica of every process, bucket by
-    /// bucket. A replica that fails to give its bucket contributes zeros
-    /// and its error: every process still takes part in every collective,
-    /// so none waits for a peer that gave up.
+    /// bucket: each bucket's mean, one buffer that every replica's write
+    /// shares. A replica that fails to give its bucket
+    /// contributes zeros and its error: every process still takes part in
+    /// every collective, so none waits for a peer that gave up.
     fn reduce(
         &mut self,
         outcomes: &mut [Result<Shard, BackendError>],
         total: usize,
-    ) -> Result<Vec<f32>, GroupError> {
-        let mut reduced = vec![0.0f32; self.numel];
+    ) -> Result<Vec<BucketMean>, GroupError> {
+        let mut reduced = Vec::with_capacity(self.buckets.len());
         for bucket in self.buckets.clone() {
             let shards: Vec<Option<Shard>> =
                 outcomes.iter().map(|o| o.as_ref().ok().copied()).collect();
+            let weights: Vec<f32> = shards
+                .iter()
+                .map(|shard| shard.map_or(1.0, |s| s.examples as f32 / total.max(1) as f32))
+                .collect();
             let pairs: Vec<_> = self.replicas.iter_mut().zip(shards).collect();
             let read = on_each(pairs, |(replica, shard)| {
-                weighted_bucket(replica, shard, &bucket, total)
+                staged_bucket(replica, shard, &bucket)
             });
             let mut buffers = Vec::with_capacity(read.len());
             for (outcome, read) in outcomes.iter_mut().zip(read) {
                 let failed = match read {
-                    Some(Ok(values)) => {
-                        buffers.push(values);
+                    Some(Ok(bytes)) => {
+                        buffers.push(bytes);
                         continue;
                     }
                     Some(Err(error)) => error,
@@ -502,10 +508,14 @@ impl ReplicaGroup {
                 if outcome.is_ok() {
                     *outcome = Err(failed);
                 }
-                buffers.push(vec![0.0; bucket.len()]);
+                buffers.push(vec![0; bucket.len() * 4]);
             }
-            self.engine.all_reduce_sum(&mut buffers)?;
-            reduced[bucket].copy_from_slice(&buffers[0]);
+            self.engine.all_reduce_weighted(&mut buffers, &weights)?;
+            let mean = buffers.into_iter().next().unwrap_or_default();
+            reduced.push(BucketMean {
+                start: bucket.start,
+                bytes: Arc::new(mean),
+            });
         }
         Ok(reduced)
     }
@@ -542,16 +552,33 @@ impl ReplicaGroup {
     /// gradients and waits until its device ran all of the step's work so
     /// far (its store's stream and its default stream, the tape's): a
     /// fault anywhere in it fails the replica's outcome before the vote.
-    fn write(&mut self, outcomes: &mut [Result<Shard, BackendError>], mean: &[f32]) {
+    fn write(&mut self, outcomes: &mut [Result<Shard, BackendError>], mean: &[BucketMean]) {
+        // Every write is queued before any wait: the devices copy at once.
         let pairs: Vec<_> = self.replicas.iter_mut().zip(outcomes.iter()).collect();
-        let written = on_each(pairs, |(replica, outcome)| match outcome {
-            Ok(_) => {
-                retry_transfer(|| replica.store.write_staged(0, mean))?;
-                replica.store.wait_device()?;
-                let stream = replica.client.default_stream();
-                replica.client.sync(stream).map_err(BackendError::from)
-            }
+        let queued = in_turn(pairs, |(replica, outcome)| match outcome {
+            Ok(_) => mean.iter().try_for_each(|bucket| {
+                retry_transfer(|| {
+                    replica
+                        .store
+                        .write_staged_bytes(bucket.start, &bucket.bytes)
+                })
+            }),
             Err(_) => Ok(()),
+        });
+        let items: Vec<_> = (self.replicas.iter_mut().zip(queued))
+            .zip(outcomes.iter().map(Result::is_ok))
+            .collect();
+        let written = in_turn(items, |((replica, queued), healthy)| {
+            match (healthy, queued) {
+                (false, _) => Ok(()),
+                (true, Some(Ok(()))) => {
+                    replica.store.wait_device()?;
+                    let stream = replica.client.default_stream();
+                    replica.client.sync(stream).map_err(BackendError::from)
+                }
+                (true, Some(Err(error))) => Err(error),
+                (true, None) => Err(panicked("its write of the mean")),
+            }
         });
         for (outcome, written) in outcomes.iter_mut().zip(written) {
             let failed = match written {
@@ -577,7 +604,7 @@ impl ReplicaGroup {
         scaler: Option<&mut GradScaler>,
     ) -> Result<(Vec<Result<Shard, BackendError>>, bool), GroupError> {
         let template = scaler.as_deref().cloned();
-        let stepped = on_each(self.replicas.iter_mut().collect(), |replica| {
+        let step = |replica: &mut Replica| {
             let mut own = template.clone();
             let skipped = match &mut own {
                 None => replica.store.step_staged(config).map(|()| false),
@@ -587,7 +614,14 @@ impl ReplicaGroup {
                     .map_err(BackendError::from),
             };
             (skipped, own)
-        });
+        };
+        // A plain step only queues its kernels; an AMP step waits for its
+        // device's verdict on the gradients, so those run side by side.
+        let replicas = self.replicas.iter_mut().collect();
+        let stepped = match template {
+            None => in_turn(replicas, step),
+            Some(_) => on_each(replicas, step),
+        };
         let mut decisions = Vec::with_capacity(stepped.len());
         let mut updated = None;
         let mut outcomes = Vec::with_capacity(stepped.len());
@@ -651,23 +685,26 @@ fn on_each<A: Send, T: Send>(items: Vec<A>, f: impl Fn(A) -> T + Sync) -> Vec<Op
     })
 }
 
-/// A replica's share of `bucket`: its staged gradients times its share of
-/// the `total` examples; zeros for a replica that already failed.
-fn weighted_bucket(
+/// `f` on each item in turn, on this thread: for calls that only queue
+/// work, cheaper than a thread each; `None` for an item whose `f` panicked.
+fn in_turn<A, T>(items: Vec<A>, f: impl Fn(A) -> T) -> Vec<Option<T>> {
+    items
+        .into_iter()
+        .map(|item| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(item))).ok())
+        .collect()
+}
+
+/// A replica's `bucket` of staged gradients, as the device answers it;
+/// zeros for a replica that already failed.
+fn staged_bucket(
     replica: &mut Replica,
     shard: Option<Shard>,
     bucket: &Range<usize>,
-    total: usize,
-) -> Result<Vec<f32>, BackendError> {
-    let Some(shard) = shard else {
-        return Ok(vec![0.0; bucket.len()]);
-    };
-    let mut values = retry_transfer(|| replica.store.read_staged(bucket.clone()))?;
-    let weight = shard.examples as f32 / total.max(1) as f32;
-    if weight != 1.0 {
-        values.iter_mut().for_each(|value| *value *= weight);
+) -> Result<Vec<u8>, BackendError> {
+    match shard {
+        Some(_) => retry_transfer(|| replica.store.read_staged_bytes(bucket.clone())),
+        None => Ok(vec![0; bucket.len() * 4]),
     }
-    Ok(values)
 }
 
 /// `transfer`, once more after a failed transfer (operation-local:
@@ -683,6 +720,13 @@ fn retry_transfer<T>(
 
 fn panicked(what: &str) -> BackendError {
     BackendError::InvalidArgument(format!("{what} panicked on this replica"))
+}
+
+/// A bucket's mean gradient: its first float and its `f32`s' bytes, one
+/// buffer that every replica's write shares.
+struct BucketMean {
+    start: usize,
+    bytes: Arc<Vec<u8>>,
 }
 
 /// The vote's sums.
@@ -754,4 +798,18 @@ fn store_of(
     }
     let refs: Vec<&Tensor<f32>> = tensors.iter().collect();
     DeviceParamStore::new(&Tape::new(client), &refs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_in_turn_answer_none_for_an_item_that_panicked_and_go_on() {
+        let answers = in_turn(vec![1, 2, 3], |item| match item {
+            2 => panic!("the second item's call fails"),
+            other => other * 10,
+        });
+        assert_eq!(answers, vec![Some(10), None, Some(30)]);
+    }
 }

@@ -17,6 +17,7 @@ pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod recovery;
+mod sum;
 
 pub use collective::{Collective, CollectiveError, InProcess};
 pub use error::GroupError;

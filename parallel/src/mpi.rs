@@ -13,6 +13,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 
 use crate::collective::{Collective, CollectiveError, sum_into_first};
+use crate::sum;
 
 /// How long a collective may wait for its peers by default before this
 /// process gives up on them.
@@ -32,6 +33,8 @@ pub struct Mpi {
     _universe: Universe,
     watchdog: Watchdog,
     scratch: Vec<f32>,
+    /// The local sum of a weighted reduction, kept between steps.
+    local: Vec<f32>,
 }
 
 // SAFETY: MPI is initialized with `Threading::Serialized`, so any one thread
@@ -79,6 +82,7 @@ impl Mpi {
             _universe: universe,
             watchdog,
             scratch: Vec::new(),
+            local: Vec::new(),
         })
     }
 
@@ -130,6 +134,48 @@ impl Collective for Mpi {
                 .all_reduce_into(&first[..], &mut self.scratch[..], SystemOperation::sum());
         }
         std::mem::swap(first, &mut self.scratch);
+        Ok(())
+    }
+
+    /// The local weighted sum in one pass into a kept buffer, then
+    /// `MPI_Allreduce` from it straight into the first buffer's bytes (into
+    /// the kept scratch, and copied, where those bytes are not aligned as
+    /// `f32`s).
+    fn all_reduce_weighted(
+        &mut self,
+        buffers: &mut [Vec<u8>],
+        weights: &[f32],
+    ) -> Result<(), CollectiveError> {
+        let floats = sum::check(buffers, weights)?;
+        if i32::try_from(floats).is_err() {
+            return Err(CollectiveError::Mismatch(format!(
+                "{floats} floats exceed MPI's count"
+            )));
+        }
+        self.local.resize(floats, 0.0);
+        let sources: Vec<&[u8]> = buffers.iter().map(Vec::as_slice).collect();
+        sum::weighted_sum(&sources, weights, &mut self.local);
+        let Some(first) = buffers.first_mut() else {
+            return Err(CollectiveError::Mismatch(
+                "an all-reduce needs a buffer on every rank".into(),
+            ));
+        };
+        let _armed = self.watchdog.arm("an all-reduce");
+        match bytemuck::try_cast_slice_mut::<u8, f32>(first) {
+            Ok(total) => {
+                self.world
+                    .all_reduce_into(&self.local[..], total, SystemOperation::sum());
+            }
+            Err(_) => {
+                self.scratch.resize(floats, 0.0);
+                self.world.all_reduce_into(
+                    &self.local[..],
+                    &mut self.scratch[..],
+                    SystemOperation::sum(),
+                );
+                sum::store(&self.scratch, first);
+            }
+        }
         Ok(())
     }
 

@@ -15,6 +15,8 @@
 //! it names, so a freed allocation's memory is reused only once those
 //! streams ran past it.
 
+use std::sync::Arc;
+
 use cistern_memory::{AllocationPolicy, MemorySnapshot, MemoryStats, StreamId};
 use serde::{Deserialize, Serialize};
 
@@ -135,9 +137,10 @@ pub enum Command {
         stream: StreamId,
         /// `target.size == data.len()`, else `InvalidArgument`.
         target: Region,
-        /// The bytes (a boxed slice: narrower than a `Vec`, and every
-        /// command is as wide as the widest).
-        data: Box<[u8]>,
+        /// The bytes, shared: one host buffer may be written to several
+        /// devices, or again after a failed transfer, with no copy (and an
+        /// `Arc` is narrow: every command is as wide as the widest).
+        data: Arc<Vec<u8>>,
         /// Answered once queued, not once written: a refusal comes here,
         /// a failure while writing is latched for the stream's next `Sync`.
         reply: Reply<()>,

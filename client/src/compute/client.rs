@@ -133,9 +133,22 @@ impl ComputeClient {
         offset: u64,
         bytes: &[u8],
     ) -> Result<(), ServerError> {
+        self.write_shared_on(stream, buffer, offset, Arc::new(bytes.to_vec()))
+    }
+
+    /// [`write_on`](Self::write_on) of bytes the caller shares: the command
+    /// carries them as they are, with no copy on the host, so one buffer
+    /// may be written to several devices (or again, after a failed
+    /// transfer).
+    pub fn write_shared_on(
+        &self,
+        stream: StreamId,
+        buffer: &Buffer,
+        offset: u64,
+        data: Arc<Vec<u8>>,
+    ) -> Result<(), ServerError> {
         self.check_owner(buffer)?;
-        let target = buffer.region(offset, bytes.len() as u64);
-        let data = bytes.into();
+        let target = buffer.region(offset, data.len() as u64);
         self.shared.server.call(|reply| Command::Write {
             stream,
             target,

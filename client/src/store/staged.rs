@@ -1,8 +1,10 @@
 //! The staged gradients between a backward and its step, as a replica
 //! group reduces them: read a range to the host, write the reduced values
-//! back, then step from them with no `Gradients` in hand.
+//! back (as `f32`s, or as the bytes the device answered, with no copy),
+//! then step from them with no `Gradients` in hand.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use cistern_optim::{GradScaler, OptimizerConfig};
 
@@ -27,13 +29,19 @@ impl DeviceParamStore {
     /// download. Before a backward or after its step, or a range past the
     /// end, is `InvalidArgument`; a device failure latches the store.
     pub fn read_staged(&self, floats: Range<usize>) -> Result<Vec<f32>, BackendError> {
+        Ok(bytes_f32(&self.read_staged_bytes(floats)?))
+    }
+
+    /// [`read_staged`](Self::read_staged) as the device answers it: the
+    /// `f32`s' native-endian bytes, with no conversion pass on the host.
+    pub fn read_staged_bytes(&self, floats: Range<usize>) -> Result<Vec<u8>, BackendError> {
         self.enter()?;
         self.check_staged_range(&floats)?;
         let (offset, size) = byte_span(&floats);
         let read = self
             .client
             .read_on(self.stream.id, &self.staging, offset, size);
-        Ok(bytes_f32(&self.after_wait(read)?))
+        self.after_wait(read)
     }
 
     /// Overwrites the staged gradients from `start` with `values` (the
@@ -41,16 +49,33 @@ impl DeviceParamStore {
     /// The same refusals as [`read_staged`](Self::read_staged), changing
     /// nothing; a failed write latches the store.
     pub fn write_staged(&mut self, start: usize, values: &[f32]) -> Result<(), BackendError> {
+        self.write_staged_bytes(start, &Arc::new(bytemuck::cast_slice(values).to_vec()))
+    }
+
+    /// [`write_staged`](Self::write_staged) of `f32`s given as their
+    /// native-endian bytes, shared with the device with no copy on the host
+    /// (a buffer from [`read_staged_bytes`](Self::read_staged_bytes) goes
+    /// back as it is; one buffer may be written to several stores). A
+    /// length that is not a whole number of `f32`s is `InvalidArgument`, as
+    /// are the refusals of `write_staged`.
+    pub fn write_staged_bytes(
+        &mut self,
+        start: usize,
+        bytes: &Arc<Vec<u8>>,
+    ) -> Result<(), BackendError> {
         self.enter_mut()?;
-        let floats = start..start.saturating_add(values.len());
+        if bytes.len() % 4 != 0 {
+            return Err(BackendError::InvalidArgument(format!(
+                "{} bytes are not a whole number of f32s",
+                bytes.len()
+            )));
+        }
+        let floats = start..start.saturating_add(bytes.len() / 4);
         self.check_staged_range(&floats)?;
         let (offset, _) = byte_span(&floats);
-        let written = self.client.write_on(
-            self.stream.id,
-            &self.staging,
-            offset,
-            bytemuck::cast_slice(values),
-        );
+        let written =
+            self.client
+                .write_shared_on(self.stream.id, &self.staging, offset, Arc::clone(bytes));
         written.map_err(|error| self.state.fail(BackendError::from(error)))
     }
 

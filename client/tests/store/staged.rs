@@ -77,6 +77,31 @@ fn a_step_from_gradients_written_in_parts_equals_one_from_them_written_whole() {
 }
 
 #[test]
+fn staged_bytes_read_as_the_floats_and_written_back_whole_or_ragged() {
+    let client = open();
+    let model = model(7);
+    let mut store = store(&client, &model);
+    with_gradients(&client, &mut store, &model, |store, _| {
+        let floats = ok(store.read_staged(20..33), "floats");
+        let bytes = ok(store.read_staged_bytes(20..33), "bytes");
+        let native: Vec<u8> = floats.iter().flat_map(|f| f.to_ne_bytes()).collect();
+        assert_eq!(bytes, native);
+        let halved: Vec<u8> = floats
+            .iter()
+            .flat_map(|f| (0.5 * f).to_ne_bytes())
+            .collect();
+        ok(store.write_staged_bytes(20, &halved.into()), "halved");
+        let read = ok(store.read_staged(20..33), "after");
+        assert_eq!(read, floats.iter().map(|f| 0.5 * f).collect::<Vec<_>>());
+        match store.write_staged_bytes(0, &vec![0u8; 6].into()) {
+            Err(BackendError::InvalidArgument(why)) => assert!(why.contains("6 bytes"), "{why}"),
+            other => panic!("a ragged write was taken: {other:?}"),
+        }
+        assert!(!store.is_poisoned());
+    });
+}
+
+#[test]
 fn staged_reads_writes_and_steps_are_refused_outside_a_backward_changing_nothing() {
     let client = open();
     let model = model(4);

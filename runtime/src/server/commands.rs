@@ -2,6 +2,8 @@
 //! [`ServerCore::handle`]: reservations, transfers, launches, streams,
 //! events, compaction.
 
+use std::sync::Arc;
+
 use cistern_memory::{AllocationPolicy, BackTrace, IoError, SliceLocation, StreamId};
 
 use super::core::{ServerCore, answer, trace_refusal};
@@ -66,7 +68,7 @@ impl<B: Backend> ServerCore<B> {
         &mut self,
         stream: StreamId,
         target: Region,
-        data: Box<[u8]>,
+        data: Arc<Vec<u8>>,
     ) -> Result<(), ServerError> {
         self.stats.writes += 1;
         self.stats.bytes_written += data.len() as u64;
@@ -83,7 +85,7 @@ impl<B: Backend> ServerCore<B> {
         self.inject_transfer_fault()?;
         let work = StreamWork::Write {
             target: location,
-            data: data.into_vec(),
+            data,
         };
         self.submit(stream, work, &[(target.buffer.id, Access::Write)])
     }

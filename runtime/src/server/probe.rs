@@ -120,7 +120,7 @@ impl<B: Backend> ServerCore<B> {
 
         let write = StreamWork::Write {
             target: whole,
-            data,
+            data: data.into(),
         };
         self.submit(DEFAULT_STREAM, write, &[(allocation, Access::Write)])
             .map_err(|error| ProbeFailure::of("host-to-device transfer", &error))?;

@@ -41,8 +41,9 @@ pub enum Work<R: Resolution> {
     Write {
         /// The memory written; no other stream's work on it is in flight.
         target: R::Slice,
-        /// Exactly as many bytes as `target` spans.
-        data: Vec<u8>,
+        /// Exactly as many bytes as `target` spans (shared with the caller,
+        /// who may write them elsewhere too).
+        data: Arc<Vec<u8>>,
     },
     /// Read `source` and answer with its bytes.
     Read {
