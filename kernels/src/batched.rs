@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::{GemmSpec, KernelError, gemm};
+use crate::{GemmSpec, KernelError, gemm, small_products};
 
 /// The shape shared by every product, and where each one's operands start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +110,16 @@ pub fn batched_gemm(
     };
     let offsets = spec.a_offsets.iter().zip(&spec.b_offsets);
     if spec.batch().saturating_mul(m * n * k) < PARALLEL_BATCH {
+        let blocks = c
+            .chunks_mut(m * n)
+            .zip(offsets.clone())
+            .map(|(c, (&at_a, &at_b))| {
+                let (at_a, at_b) = (at_a as usize, at_b as usize);
+                (&a[at_a..at_a + a_block], &b[at_b..at_b + b_block], c)
+            });
+        if small_products::run(&spec.gemm, blocks) {
+            return Ok(());
+        }
         return c.chunks_mut(m * n).zip(offsets).try_for_each(product);
     }
     c.par_chunks_mut(m * n)
@@ -141,6 +151,60 @@ mod tests {
         let mut c = [0.0; 2];
         batched_gemm(&spec, &[1.0, 2.0, 3.0, 4.0], &[10.0, 100.0], &mut c).unwrap();
         assert_eq!(c, [210.0, 430.0]);
+    }
+
+    #[test]
+    fn small_products_match_one_gemm_each_in_every_transpose_and_row_count() {
+        let mut seed = 11u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+        };
+        let transposes = [(false, false), (true, false), (false, true), (true, true)];
+        for (m, n, k) in [
+            (9, 9, 16),
+            (16, 9, 9),
+            (9, 16, 9),
+            (1, 5, 3),
+            (16, 16, 64),
+            (7, 13, 1),
+        ] {
+            for (transpose_a, transpose_b) in transposes {
+                let batch = 3;
+                let a: Vec<f32> = (0..batch * m * k).map(|_| next()).collect();
+                let b: Vec<f32> = (0..batch * k * n).map(|_| next()).collect();
+                let gemm_spec = GemmSpec {
+                    m,
+                    n,
+                    k,
+                    transpose_a,
+                    transpose_b,
+                    ..GemmSpec::default()
+                };
+                let spec = BatchedGemmSpec {
+                    gemm: gemm_spec,
+                    a_offsets: (0..batch as u64).map(|i| i * (m * k) as u64).collect(),
+                    // The last product shares the first's B, as a broadcast does.
+                    b_offsets: (0..batch as u64)
+                        .map(|i| (i % 2) * (k * n) as u64)
+                        .collect(),
+                };
+                let mut c = vec![f32::NAN; batch * m * n];
+                batched_gemm(&spec, &a, &b, &mut c).unwrap();
+                for (i, c) in c.chunks(m * n).enumerate() {
+                    let (at_a, at_b) = (i * m * k, (i % 2) * k * n);
+                    let mut want = vec![0.0; m * n];
+                    let (a, b) = (&a[at_a..at_a + m * k], &b[at_b..at_b + k * n]);
+                    gemm(&gemm_spec, a, b, None, &mut want).unwrap();
+                    for (x, y) in c.iter().zip(&want) {
+                        assert!(
+                            (x - y).abs() < 1e-5,
+                            "{gemm_spec:?} product {i}: {x} vs {y}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod norm;
 mod optimizer;
 mod parallel;
 mod reduce;
+mod small_products;
 pub mod wgsl;
 
 pub use activation::{Activation, activation_backward, activation_forward};
