@@ -114,8 +114,9 @@ fn main() -> Result<(), Error> {
     let (images, labels) = &data.train;
     let n = labels.len();
     let mut seed = 0u64;
-    // One tape for every step: `reset` keeps its buffers for the next.
-    let mut tape = Tape::new(&client);
+    // One tape for every step, on the store's stream: `reset` keeps its
+    // buffers for the next, and the steps need no waits between streams.
+    let mut tape = Tape::on_stream(&client, store.stream());
     let started = Instant::now();
     let (mut steps, mut launches, mut evaluating) = (0usize, 0usize, 0.0);
     for epoch in 1..=epochs {

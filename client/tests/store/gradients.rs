@@ -4,9 +4,10 @@
 //! missing one is named, and the readers' windows and answers.
 
 use cistern_client::{
-    AutodiffError, BackendError, DeviceParamStore, Gradients, Tape, Tensor, WeightLayout,
+    AutodiffError, BackendError, ComputeClient, DeviceParamStore, Gradients, Tape, Tensor,
+    WeightLayout,
 };
-use cistern_optim::SgdConfig;
+use cistern_optim::{AdamConfig, SgdConfig};
 use cistern_runtime::{Activation, Kernel};
 
 use super::common::{Model, flat32, loss, model, ok, open, random, store, with_gradients};
@@ -331,4 +332,33 @@ fn a_view_of_a_stored_parameter_is_read_through_the_store_only() {
             Err(AutodiffError::InvalidArgument(_))
         ));
     }
+}
+
+/// Three Adam steps of `model`, each recorded on a tape that `tape_for`
+/// gives: the parameters afterwards and the server's ordering waits.
+fn three_steps(tape_for: impl Fn(&ComputeClient, &DeviceParamStore) -> Tape) -> (Vec<f32>, u64) {
+    let client = open();
+    let model = model(21);
+    let mut store = store(&client, &model);
+    let waits = ok(client.server_stats(), "server_stats").ordering_waits;
+    for _ in 0..3 {
+        let tape = tape_for(&client, &store);
+        let leaves = ok(store.register_resident_params(&tape), "register");
+        let loss = ok(loss(&store, &tape, &leaves, &model), "forward");
+        let gradients = ok(store.backward(&tape, &loss), "backward");
+        ok(store.step_adam(&gradients, &AdamConfig::default()), "step");
+        ok(loss.item(), "loss");
+    }
+    let waits = ok(client.server_stats(), "server_stats").ordering_waits - waits;
+    (flat32(&ok(store.sync_to_host(), "parameters")), waits)
+}
+
+#[test]
+fn a_tape_on_the_stores_stream_trains_as_one_on_its_own_with_no_waits_between_streams() {
+    let (own, own_waits) = three_steps(|client, _| Tape::new(client));
+    let (shared, shared_waits) =
+        three_steps(|client, store| Tape::on_stream(client, store.stream()));
+    assert_eq!(shared, own, "the same parameters, bit for bit");
+    assert!(own_waits > 0, "two streams wait for each other");
+    assert_eq!(shared_waits, 0, "one stream runs in order");
 }

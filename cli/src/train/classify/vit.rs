@@ -19,8 +19,9 @@ const SEEDS_PER_STEP: u64 = 1 << 20;
 pub struct Vit {
     client: ComputeClient,
     store: DeviceParamStore,
-    /// The training steps' tape, reset for each step to reuse its buffers
-    /// (none after a failed step: the next makes a new one).
+    /// The training steps' tape, on the store's stream (no waits between
+    /// streams) and reset for each step to reuse its buffers (none after a
+    /// failed step: the next makes a new one).
     tape: Option<Box<Tape>>,
     seed: u64,
     parameters: usize,
@@ -74,7 +75,8 @@ impl Vit {
             .tape
             .take()
             .and_then(|mut tape| tape.reset().ok().map(|()| tape));
-        let tape = reused.unwrap_or_else(|| Box::new(Tape::new(&self.client)));
+        let tape = reused
+            .unwrap_or_else(|| Box::new(Tape::on_stream(&self.client, self.store.stream())));
         let loss = self.step_on(&tape, features, labels, options, config)?;
         self.tape = Some(tape);
         Ok(loss)
