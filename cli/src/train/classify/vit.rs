@@ -75,8 +75,8 @@ impl Vit {
             .tape
             .take()
             .and_then(|mut tape| tape.reset().ok().map(|()| tape));
-        let tape = reused
-            .unwrap_or_else(|| Box::new(Tape::on_stream(&self.client, self.store.stream())));
+        let tape =
+            reused.unwrap_or_else(|| Box::new(Tape::on_stream(&self.client, self.store.stream())));
         let loss = self.step_on(&tape, features, labels, options, config)?;
         self.tape = Some(tape);
         Ok(loss)
