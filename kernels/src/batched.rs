@@ -98,24 +98,22 @@ pub fn batched_gemm(
         return Ok(());
     }
     let (a_block, b_block) = (m * k, k * n);
-    let product = |(c, (&at_a, &at_b)): (&mut [f32], (&u64, &u64))| {
-        let (at_a, at_b) = (at_a as usize, at_b as usize);
-        gemm(
-            &spec.gemm,
-            &a[at_a..at_a + a_block],
-            &b[at_b..at_b + b_block],
-            None,
-            c,
-        )
+    let operands = |at_a: &u64, at_b: &u64| {
+        let (at_a, at_b) = (*at_a as usize, *at_b as usize);
+        (&a[at_a..at_a + a_block], &b[at_b..at_b + b_block])
+    };
+    let product = |(c, (at_a, at_b)): (&mut [f32], (&u64, &u64))| {
+        let (a, b) = operands(at_a, at_b);
+        gemm(&spec.gemm, a, b, None, c)
     };
     let offsets = spec.a_offsets.iter().zip(&spec.b_offsets);
     if spec.batch().saturating_mul(m * n * k) < PARALLEL_BATCH {
         let blocks = c
             .chunks_mut(m * n)
             .zip(offsets.clone())
-            .map(|(c, (&at_a, &at_b))| {
-                let (at_a, at_b) = (at_a as usize, at_b as usize);
-                (&a[at_a..at_a + a_block], &b[at_b..at_b + b_block], c)
+            .map(|(c, (at_a, at_b))| {
+                let (a, b) = operands(at_a, at_b);
+                (a, b, c)
             });
         if small_products::run(&spec.gemm, blocks) {
             return Ok(());

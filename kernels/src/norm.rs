@@ -181,21 +181,23 @@ pub fn layer_norm_backward(
             &ones
         }
     };
-    let piece = |rows: RowsBackward<'_>| {
-        with_wide_vectors(
-            #[inline(always)]
-            || backward_rows(weight, rows),
-        )
-    };
-    if x.len() < MIN_PARALLEL {
-        piece(RowsBackward {
+    // `((x, grad_y), (grad_x, weighted)), (means, rstds)` of a run of rows.
+    let piece = |((x, grad_y), (grad_x, weighted)), (means, rstds)| {
+        let rows = RowsBackward {
             x,
             grad_y,
             means,
             rstds,
             grad_x,
             weighted,
-        });
+        };
+        with_wide_vectors(
+            #[inline(always)]
+            || backward_rows(weight, rows),
+        )
+    };
+    if x.len() < MIN_PARALLEL {
+        piece(((x, grad_y), (grad_x, weighted)), (means, rstds));
     } else {
         let per = rows_per_piece(cols);
         let inputs = (x.par_chunks(per * cols), grad_y.par_chunks(per * cols));
@@ -206,16 +208,7 @@ pub fn layer_norm_backward(
         (inputs.into_par_iter(), outputs.into_par_iter())
             .into_par_iter()
             .zip(means.par_chunks(per).zip(rstds.par_chunks(per)))
-            .for_each(|(((x, grad_y), (grad_x, weighted)), (means, rstds))| {
-                piece(RowsBackward {
-                    x,
-                    grad_y,
-                    means,
-                    rstds,
-                    grad_x,
-                    weighted,
-                })
-            });
+            .for_each(|(rows, stats)| piece(rows, stats));
     }
     Ok(())
 }
