@@ -355,10 +355,11 @@ fn three_steps(tape_for: impl Fn(&ComputeClient, &DeviceParamStore) -> Tape) -> 
 
 #[test]
 fn a_tape_on_the_stores_stream_trains_as_one_on_its_own_with_no_waits_between_streams() {
-    let (own, own_waits) = three_steps(|client, _| Tape::new(client));
+    // Whether two streams wait depends on what is still in flight, so only
+    // the shared stream's count is certain: none.
+    let (own, _) = three_steps(|client, _| Tape::new(client));
     let (shared, shared_waits) =
         three_steps(|client, store| Tape::on_stream(client, store.stream()));
     assert_eq!(shared, own, "the same parameters, bit for bit");
-    assert!(own_waits > 0, "two streams wait for each other");
     assert_eq!(shared_waits, 0, "one stream runs in order");
 }
