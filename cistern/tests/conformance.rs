@@ -57,6 +57,7 @@ conformance_tests! {
     ordering::two_streams_hammering_one_buffer_see_each_others_writes_in_order,
     ordering::an_upload_on_the_default_stream_is_used_at_once_by_another_stream,
     ordering::reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other,
+    ordering::a_batch_requiring_failed_work_runs_none_of_it_and_answers_that_failure,
     kernels::elementwise_kernels_match_the_cpu_kernels,
     kernels::every_element_wise_definition_matches_its_cpu_body,
     kernels::a_kernel_over_a_sub_range_changes_only_that_range,

@@ -198,6 +198,10 @@ pub enum Command {
         launches: Vec<KernelLaunch>,
         /// Settled once all ran or with the first failure.
         token: Option<FailureToken>,
+        /// Earlier work whose results the batch consumes: if any of it
+        /// failed (seen on the stream just before the batch would run),
+        /// nothing of the batch runs and `token` fails with that error.
+        requires: Vec<FailureToken>,
     },
     /// One fused optimizer step (one kernel), in order on `stream`; checked
     /// as a launch (config and segments first); no answer.

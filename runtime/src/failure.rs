@@ -58,6 +58,15 @@ impl FailureToken {
     }
 }
 
+/// The error of the first of `tokens` that failed, if any (pending ones
+/// count as not failed): what refuses work that consumes their results.
+pub fn first_failure(tokens: &[FailureToken]) -> Option<ServerError> {
+    tokens.iter().find_map(|token| match token.check() {
+        Some(Err(error)) => Some(error),
+        _ => None,
+    })
+}
+
 /// The executor's side of a [`FailureToken`]: settle it with [`succeed`] or
 /// [`fail`]. Dropped unsettled (the work was discarded because its server
 /// or executor ended), it settles the token as `ServerGone`, so no owner

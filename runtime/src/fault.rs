@@ -41,6 +41,10 @@ pub struct FaultPlan {
     /// capture (`CaptureInProgress`, transient: nothing of it runs, its
     /// token fails, nothing latches), as a racing capture would.
     pub busy_batch: Option<u64>,
+    /// The Nth single launch (a step sent alone counts) is refused as a
+    /// racing capture would refuse it: `CaptureInProgress`, its token
+    /// fails, nothing latches, and the launches after it run.
+    pub busy_launch: Option<u64>,
 }
 
 /// How one recovery probe attempt is made to fail.
@@ -127,6 +131,12 @@ impl FaultPlan {
         self
     }
 
+    /// The Nth single launch is refused as if a capture were in progress.
+    pub fn with_busy_launch(mut self, n: u64) -> Self {
+        self.busy_launch = Some(n);
+        self
+    }
+
     /// The server panics while handling its Nth command.
     pub fn with_server_panic_at_command(mut self, n: u64) -> Self {
         self.server_panic_at_command = Some(n);
@@ -139,6 +149,7 @@ impl FaultPlan {
 pub(crate) struct FaultInjector {
     plan: FaultPlan,
     launches: u64,
+    singles: u64,
     batches: u64,
     reservations: u64,
     transfers: u64,
@@ -158,6 +169,7 @@ impl FaultInjector {
             probes: plan.probe_faults.iter().copied().collect(),
             plan,
             launches: 0,
+            singles: 0,
             batches: 0,
             reservations: 0,
             transfers: 0,
@@ -185,6 +197,12 @@ impl FaultInjector {
     pub(crate) fn batch_busy(&mut self) -> bool {
         self.batches += 1;
         self.plan.busy_batch == Some(self.batches)
+    }
+
+    /// Counts one single launch; whether it is refused as busy.
+    pub(crate) fn single_busy(&mut self) -> bool {
+        self.singles += 1;
+        self.plan.busy_launch == Some(self.singles)
     }
 
     /// Counts one reservation; whether it fails.

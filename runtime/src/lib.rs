@@ -38,7 +38,7 @@ pub use device::{
     AbsentBackend, DEFAULT_DRAIN_TIMEOUT, DeviceOptions, absent_backends, list_devices,
 };
 pub use error::ServerError;
-pub use failure::{FailureToken, PendingToken};
+pub use failure::{FailureToken, PendingToken, first_failure};
 pub use fault::{FaultPlan, ProbeFault, TrapRate};
 pub use graph::{CaptureId, GraphInfo, GraphRef};
 pub use host::host_memory_bytes;

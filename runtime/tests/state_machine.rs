@@ -87,6 +87,7 @@ fn every_entry_point(
                 stream,
                 launches: vec![launch],
                 token: Some(token.clone()),
+                requires: Vec::new(),
             }
         } else {
             Command::Launch {

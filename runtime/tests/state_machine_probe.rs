@@ -186,6 +186,7 @@ fn a_trap_inside_a_batch_poisons_and_no_later_launch_of_the_batch_runs() {
         stream: DEFAULT_STREAM,
         launches: vec![KernelLaunch::empty(); 3],
         token: Some(token.clone()),
+        requires: Vec::new(),
     });
     harness.run_normally();
     assert!(token.wait().is_err_and(|e| e.is_device_poisoned()));

@@ -3,9 +3,9 @@
 //! it; reads on two streams do not wait for each other.
 
 use cistern::client::ComputeClient;
-use cistern::runtime::{Device, KernelLaunch};
+use cistern::runtime::{Device, DeviceOptions, FailureToken, FaultPlan, KernelLaunch, ServerError};
 
-use super::common::{ok, open};
+use super::common::{ok, open, open_with};
 
 const ELEMENTS: u64 = 1 << 16;
 const ROUNDS: u64 = 40;
@@ -103,4 +103,45 @@ pub fn reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other(device: Dev
     ok(client.sync(second), "sync");
     assert_eq!(ordering_waits(&client), before, "two readers never wait");
     assert_eq!(ok(client.download_f32(&b), "download"), vec![2.0; 1024]);
+}
+
+/// A batch that consumes other work's results runs only if none of that
+/// work failed, as its stream finds just before it would run: a launch
+/// refused as a racing capture refuses it leaves its output stale while
+/// the work after it runs (what a store's step must never consume).
+pub fn a_batch_requiring_failed_work_runs_none_of_it_and_answers_that_failure(device: Device) {
+    let options = DeviceOptions::with_memory_limit(16 << 20)
+        .with_faults(FaultPlan::none().with_busy_launch(1));
+    let client = open_with(device, options);
+    let consumer = ok(client.create_stream(), "create_stream");
+    let produced = ok(client.upload_f32(&[0.0; 64]), "upload");
+    let target = ok(client.upload_f32(&[0.0; 64]), "upload");
+    let producer = client.default_stream();
+    let refused = ok(
+        client.launch_tracked(producer, KernelLaunch::fill(produced.whole(), 1.0)),
+        "launch",
+    );
+    let fill = || vec![KernelLaunch::fill(target.whole(), 7.0)];
+    let requiring = client.launch_batch_requiring(consumer, fill(), vec![refused.clone()]);
+    let answer = ok(requiring, "launch_batch_requiring").wait();
+    assert!(
+        matches!(answer, Err(ServerError::CaptureInProgress { .. })),
+        "{device:?}: {answer:?}"
+    );
+    assert_eq!(
+        refused.wait(),
+        answer,
+        "{device:?}: the required work's own failure"
+    );
+    assert_eq!(ok(client.download_f32(&target), "download"), vec![0.0; 64]);
+    // Work that succeeded, or has not settled, does not hold a batch back.
+    let ran = ok(
+        client.launch_tracked(producer, KernelLaunch::fill(produced.whole(), 2.0)),
+        "launch",
+    );
+    ok(ran.wait(), "the second launch");
+    let requires = vec![ran, FailureToken::new()];
+    let requiring = client.launch_batch_requiring(consumer, fill(), requires);
+    ok(ok(requiring, "launch_batch_requiring").wait(), "the batch");
+    assert_eq!(ok(client.download_f32(&target), "download"), vec![7.0; 64]);
 }

@@ -102,6 +102,7 @@ impl World {
             stream,
             launches,
             token: Some(token.clone()),
+            requires: Vec::new(),
         });
         self.settle_launch(
             index,

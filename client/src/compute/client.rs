@@ -261,11 +261,25 @@ impl ComputeClient {
         stream: StreamId,
         launches: Vec<KernelLaunch>,
     ) -> Result<FailureToken, ServerError> {
+        self.launch_batch_requiring(stream, launches, Vec::new())
+    }
+
+    /// [`launch_batch`](Self::launch_batch) of kernels that consume the
+    /// results of the work behind `requires` (a tape's launches): where any
+    /// of it failed, as the stream finds just before the batch would run,
+    /// nothing of the batch runs and its token fails with that error.
+    pub fn launch_batch_requiring(
+        &self,
+        stream: StreamId,
+        launches: Vec<KernelLaunch>,
+        requires: Vec<FailureToken>,
+    ) -> Result<FailureToken, ServerError> {
         let token = FailureToken::new();
         self.shared.server.send(Command::LaunchBatch {
             stream,
             launches,
             token: Some(token.clone()),
+            requires,
         })?;
         Ok(token)
     }

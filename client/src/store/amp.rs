@@ -83,7 +83,7 @@ impl DeviceParamStore {
             word,
         ));
         let step = prepared.step.clone().with_found_inf(word);
-        let token = self.send_step(step, prepared.before.clone())?;
+        let token = self.send_step(step, prepared.before.clone(), prepared.requires.clone())?;
         self.commit(token, &prepared, prepared.steps + 1);
         let skipped = self.read_flag_of_queued_step(&flag)?;
         if skipped {
@@ -287,7 +287,10 @@ impl DeviceParamStore {
             at(TRACKER),
             at(SKIPPED),
         ));
-        let sent = self.client.launch_batch(self.stream.id, launches);
+        let requires = prepared.requires.clone();
+        let sent = self
+            .client
+            .launch_batch_requiring(self.stream.id, launches, requires);
         let token = sent.map_err(|error| self.state.fail(BackendError::from(error)))?;
         self.commit(token, &prepared, prepared.steps);
         Ok(())

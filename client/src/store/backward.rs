@@ -25,7 +25,9 @@ impl DeviceParamStore {
     /// pending forward's `TapeMismatch`; a tape of another device
     /// `DeviceMismatch`. The tape's own errors are returned as the tape
     /// gives them. A parameter the loss does not reach gets no gradient
-    /// (the step then answers `MissingGradient`).
+    /// (the step then answers `MissingGradient`). The step requires every
+    /// launch of the tape: one the device refused (another client's
+    /// capture) is this call's answer if already seen, else the step's.
     pub fn backward<'t>(
         &mut self,
         tape: &'t Tape,
@@ -62,7 +64,10 @@ impl DeviceParamStore {
             self.state.queue_staging(token, serial);
             filled[slot] = true;
         }
-        self.state.stage_backward(serial, filled);
+        let made_by = tape
+            .unsettled_launches()
+            .map_err(|error| self.fail_autodiff(error))?;
+        self.state.stage_backward(serial, filled, made_by);
         Ok(gradients.staged_by(StagedBy {
             store: self.id,
             serial,

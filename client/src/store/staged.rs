@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cistern_optim::{GradScaler, OptimizerConfig};
+use cistern_runtime::first_failure;
 
 use super::step::GradientSource;
 use super::store::DeviceParamStore;
@@ -34,6 +35,9 @@ impl DeviceParamStore {
 
     /// [`read_staged`](Self::read_staged) as the device answers it: the
     /// `f32`s' native-endian bytes, with no conversion pass on the host.
+    /// A launch of the backward's tape that the device refused is the
+    /// answer (the gradients are stale): transient ones, such as another
+    /// client's capture, as they are; record the step again.
     pub fn read_staged_bytes(&self, floats: Range<usize>) -> Result<Vec<u8>, BackendError> {
         self.enter()?;
         self.check_staged_range(&floats)?;
@@ -41,7 +45,12 @@ impl DeviceParamStore {
         let read = self
             .client
             .read_on(self.stream.id, &self.staging, offset, size);
-        self.after_wait(read)
+        let bytes = self.after_wait(read)?;
+        let made_by = self.state.staged_gradients().map(|staged| staged.made_by());
+        match made_by.and_then(first_failure) {
+            Some(error) => Err(self.state.fail(BackendError::from(error))),
+            None => Ok(bytes),
+        }
     }
 
     /// Overwrites the staged gradients from `start` with `values` (the

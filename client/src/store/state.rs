@@ -84,10 +84,11 @@ impl PendingForward {
 }
 
 /// What the latest backward wrote into the staging buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(super) struct StagedGradients {
     serial: u64,
     filled: Vec<bool>,
+    made_by: Vec<FailureToken>,
 }
 
 impl StagedGradients {
@@ -99,6 +100,12 @@ impl StagedGradients {
     /// Which slots it filled.
     pub(super) fn filled(&self) -> &[bool] {
         &self.filled
+    }
+
+    /// The tape's launches not yet seen to succeed when it ended: the
+    /// gradients are only as good as all of them.
+    pub(super) fn made_by(&self) -> &[FailureToken] {
+        &self.made_by
     }
 }
 
@@ -264,15 +271,26 @@ impl StepState {
         self.work.push(token, Effect::Staging { serial });
     }
 
-    /// `Forwarded → Staged`: backward `serial` filled the slots `filled`.
-    pub(super) fn stage_backward(&mut self, serial: u64, filled: Vec<bool>) {
+    /// `Forwarded → Staged`: backward `serial` filled the slots `filled`,
+    /// from the work behind `made_by`.
+    pub(super) fn stage_backward(
+        &mut self,
+        serial: u64,
+        filled: Vec<bool>,
+        made_by: Vec<FailureToken>,
+    ) {
         debug_assert!(
             self.pending_forward().is_some(),
             "gradients staged with no forward pending"
         );
         self.phase = match std::mem::take(&mut self.phase) {
             Phase::Forwarded(forward) | Phase::Staged(forward, _) => {
-                Phase::Staged(forward, StagedGradients { serial, filled })
+                let staged = StagedGradients {
+                    serial,
+                    filled,
+                    made_by,
+                };
+                Phase::Staged(forward, staged)
             }
             Phase::Idle => Phase::Idle,
         };
@@ -481,7 +499,7 @@ mod tests {
         state.register_forward(tape, vec![3, 4]).expect("idle");
         state.begin_backward(tape).expect("a forward on that tape");
         let serial = state.new_backward_serial();
-        state.stage_backward(serial, vec![true, true]);
+        state.stage_backward(serial, vec![true, true], Vec::new());
         state
     }
 

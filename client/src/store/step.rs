@@ -14,11 +14,13 @@ use crate::error::BackendError;
 use crate::tape::Gradients;
 
 /// A validated step, ready to send: the launches that go before it in
-/// its batch (state fills, gathered gradients), the step, its state and
-/// the step count before it.
+/// its batch (state fills, gathered gradients), the step, its state, the
+/// step count before it, and the work that made its gradients (if any of
+/// it failed, the device runs none of the batch).
 #[derive(Clone, Debug)]
 pub(super) struct PreparedStep {
     pub(super) before: Vec<KernelLaunch>,
+    pub(super) requires: Vec<FailureToken>,
     pub(super) step: OptimizerStep,
     pub(super) state: Vec<Buffer>,
     pub(super) steps: u64,
@@ -30,8 +32,9 @@ pub(super) enum GradientSource {
     /// The staging buffer, as the latest backward left it.
     Staged,
     /// Gradients handed over by `Gradients::from_host`, one buffer per
-    /// slot: copied into the staging buffer on the device first.
-    Gather(Vec<Buffer>),
+    /// slot: copied into the staging buffer on the device first, once the
+    /// tape's launches behind the tokens succeeded.
+    Gather(Vec<Buffer>, Vec<FailureToken>),
 }
 
 impl DeviceParamStore {
@@ -48,7 +51,10 @@ impl DeviceParamStore {
     /// config are `InvalidArgument` (naming the field), gradients of
     /// another tape `TapeMismatch`, a slot without a gradient
     /// `MissingGradient`. A failure of the queued step reaches the next
-    /// call and latches the store.
+    /// call and latches the store. A launch of the gradients' tape that the
+    /// device refused as transient refuses the step in the same way as a
+    /// transient refusal of the step itself (put back, answered once):
+    /// record the forward and backward again.
     pub fn step(
         &mut self,
         gradients: &Gradients<'_>,
@@ -77,7 +83,12 @@ impl DeviceParamStore {
     ) -> Result<FailureToken, BackendError> {
         refuse_device_count(&prepared)?;
         let lamb = matches!(prepared.step.args.config, OptimizerConfig::Lamb(_));
-        let token = self.send_step(prepared.step.clone(), prepared.before.clone())?;
+        let sent = self.send_step(
+            prepared.step.clone(),
+            prepared.before.clone(),
+            prepared.requires.clone(),
+        );
+        let token = sent?;
         self.commit(token.clone(), &prepared, prepared.steps + 1);
         if lamb {
             self.settle_refusable(&token)?;
@@ -109,13 +120,21 @@ impl DeviceParamStore {
             Some(run) => (run.state.clone(), run.steps, run.device_amp),
             None => (self.allocate_state(&config, &mut before)?, 0, None),
         };
-        if let GradientSource::Gather(buffers) = source {
-            for (buffer, layout) in buffers.iter().zip(self.layout.slots()) {
-                let (offset, size) = layout.bytes();
-                let target = self.staging.range(offset, size);
-                before.push(KernelLaunch::identity(buffer.whole(), target));
+        let requires = match source {
+            GradientSource::Staged => self
+                .state
+                .staged_gradients()
+                .map(|staged| staged.made_by().to_vec())
+                .unwrap_or_default(),
+            GradientSource::Gather(buffers, requires) => {
+                for (buffer, layout) in buffers.iter().zip(self.layout.slots()) {
+                    let (offset, size) = layout.bytes();
+                    let target = self.staging.range(offset, size);
+                    before.push(KernelLaunch::identity(buffer.whole(), target));
+                }
+                requires
             }
-        }
+        };
         let step = OptimizerStep::new(
             config,
             steps + 1,
@@ -126,6 +145,7 @@ impl DeviceParamStore {
         );
         Ok(PreparedStep {
             before,
+            requires,
             step,
             state,
             steps,
@@ -203,7 +223,11 @@ impl DeviceParamStore {
                 .ok_or_else(|| self.missing(slot))?;
             buffers.push(buffer.clone());
         }
-        Ok(GradientSource::Gather(buffers))
+        let requires = gradients
+            .tape()
+            .unsettled_launches()
+            .map_err(|error| self.state.fail(BackendError::from(error)))?;
+        Ok(GradientSource::Gather(buffers, requires))
     }
 
     pub(super) fn missing(&self, slot: usize) -> BackendError {
@@ -239,18 +263,20 @@ impl DeviceParamStore {
     }
 
     /// Sends the step: alone as the optimizer command, or after `before`
-    /// in one batch (checked as a whole before any of it runs).
+    /// in one batch (checked as a whole before any of it runs), which runs
+    /// only if none of the work behind `requires` failed.
     pub(super) fn send_step(
         &self,
         step: OptimizerStep,
         mut before: Vec<KernelLaunch>,
+        requires: Vec<FailureToken>,
     ) -> Result<FailureToken, BackendError> {
         let stream = self.stream.id;
-        let sent = if before.is_empty() {
+        let sent = if before.is_empty() && requires.is_empty() {
             self.client.optimizer_step(stream, step)
         } else {
             before.push(step.into_launch());
-            self.client.launch_batch(stream, before)
+            self.client.launch_batch_requiring(stream, before, requires)
         };
         sent.map_err(|error| self.state.fail(BackendError::from(error)))
     }

@@ -328,6 +328,14 @@ impl Tape {
         }
     }
 
+    /// The tokens of this tape's launches not yet seen to succeed: work
+    /// that consumes the tape's results requires them (a launch the device
+    /// refused leaves its output stale, and the launches after it still
+    /// run). A failure already settled is the answer instead.
+    pub(crate) fn unsettled_launches(&self) -> Result<Vec<FailureToken>, AutodiffError> {
+        self.work.borrow_mut().unsettled()
+    }
+
     /// The failure a waiting call of this tape has already seen, if any.
     pub(super) fn failure(&self) -> Option<AutodiffError> {
         self.work.borrow().failure().cloned()

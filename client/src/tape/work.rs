@@ -53,6 +53,21 @@ impl WorkLog {
     /// has settled its token; a token still pending (a read the server
     /// refused before it reached the stream) is kept for the next call.
     pub(super) fn settle<T>(&mut self, waited: Result<T, ServerError>) -> Result<T, AutodiffError> {
+        self.prune()?;
+        waited.map_err(AutodiffError::from)
+    }
+
+    /// The tokens of the launches not yet seen to succeed, in order (those
+    /// that did are forgotten); the earliest failure (latched) where one
+    /// has settled.
+    pub(super) fn unsettled(&mut self) -> Result<Vec<FailureToken>, AutodiffError> {
+        self.prune()?;
+        Ok(self.pending.clone())
+    }
+
+    /// Forgets the tokens that succeeded; the latched failure, or the
+    /// earliest settled one (latched now), if any.
+    fn prune(&mut self) -> Result<(), AutodiffError> {
         if let Some(failure) = &self.failure {
             return Err(failure.clone());
         }
@@ -70,7 +85,7 @@ impl WorkLog {
             self.failure = Some(error.clone());
             return Err(error);
         }
-        waited.map_err(AutodiffError::from)
+        Ok(())
     }
 }
 

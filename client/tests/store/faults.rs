@@ -404,3 +404,82 @@ fn a_queued_step_refused_as_transient_is_put_back_and_retries_to_the_same_result
         want
     );
 }
+
+/// Regression (a run beside another client's captures ended 9e-6 away
+/// from a quiet one): a tape launch refused as transient left its output
+/// stale, the launches after it ran, and the step applied the gradients
+/// made from them as if nothing had happened.
+#[test]
+fn a_tape_launch_refused_as_transient_refuses_the_step_and_changes_nothing() {
+    let model = model(0x82);
+    let launches = tape_launches_per_step(&model);
+    let clean = open();
+    let mut reference = store(&clean, &model);
+    for step in 0..2 {
+        ok(
+            train(&clean, &mut reference, &model).1,
+            &format!("clean {step}"),
+        );
+    }
+    let want = ok(reference.sync_to_host(), "the clean steps' parameters");
+    for n in 1..=launches {
+        let opened = open();
+        let before = ok(opened.server_stats(), "stats").launches;
+        drop(opened);
+        let client = open_with(
+            DeviceOptions::with_memory_limit(64 << 20)
+                .with_faults(FaultPlan::none().with_busy_launch(before + n)),
+        );
+        let mut store = store(&client, &model);
+        let base = ok(client.server_stats(), "stats").launches;
+        assert_eq!(
+            base, before,
+            "the store's making launches as on another device"
+        );
+        let tape = Tape::new(&client);
+        let leaves = ok(store.register_resident_params(&tape), "register");
+        let loss = ok(loss(&store, &tape, &leaves, &model), "forward");
+        let refused = match store.backward(&tape, &loss) {
+            Err(error) => BackendError::from(error),
+            Ok(gradients) => match store.step(&gradients, &momentum()) {
+                Err(error) => error,
+                Ok(()) => match store.wait_device() {
+                    Err(error) => error,
+                    Ok(()) => panic!("launch {n}: the step ran on gradients of a refused launch"),
+                },
+            },
+        };
+        assert!(
+            matches!(refused, BackendError::DeviceContextCaptureInProgress { .. }),
+            "launch {n}: {refused:?}"
+        );
+        assert!(
+            !store.is_poisoned(),
+            "launch {n}: a transient refusal never latches"
+        );
+        drop(tape);
+        // Once the queued work settled, the first mutating call puts back
+        // what was refused and answers the refusal once.
+        let _ = client.sync(store.stream());
+        if store.abandon_pending_forward().is_err() {
+            ok(store.abandon_pending_forward(), "abandon");
+        }
+        assert_eq!(
+            store.steps(),
+            0,
+            "launch {n}: the refused step is not counted"
+        );
+        assert_eq!(
+            ok(store.sync_to_host(), "unchanged"),
+            model.params,
+            "launch {n}: a refused step changes nothing"
+        );
+        for step in 0..2 {
+            ok(
+                train(&client, &mut store, &model).1,
+                &format!("launch {n}, step {step}"),
+            );
+        }
+        assert_eq!(ok(store.sync_to_host(), "after"), want, "launch {n}");
+    }
+}

@@ -145,7 +145,11 @@ impl<B: Backend> ServerCore<B> {
             }
             return;
         }
-        let mut work = StreamWork::Batch { launches, token };
+        let mut work = StreamWork::Batch {
+            launches,
+            token,
+            requires: Vec::new(),
+        };
         self.inject_launch_faults(&mut work);
         let _ = self.submit(stream, work, &uses);
     }

@@ -169,6 +169,9 @@ impl<B: Backend> ServerCore<B> {
     ) {
         self.stats.launches += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
+        if let Err(error) = self.inject_busy_launch() {
+            return refuse_as_busy(token, error);
+        }
         let bindings = self
             .gate(stream)
             .and_then(|()| self.resolve_bindings(&launch));
@@ -193,22 +196,19 @@ impl<B: Backend> ServerCore<B> {
     }
 
     /// Launches a batch. Nothing is queued unless every call passes; a
-    /// refusal settles the token and latches on the stream.
+    /// refusal settles the token and latches on the stream. The stream
+    /// runs it only if none of `requires` failed.
     pub(super) fn launch_batch(
         &mut self,
         stream: StreamId,
         launches: &[KernelLaunch],
         token: Option<FailureToken>,
+        requires: Vec<FailureToken>,
     ) {
         self.stats.batches += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
         if let Err(error) = self.inject_busy_batch() {
-            // As a capture refuses it: the token alone, nothing latched.
-            trace_refusal("launch", &error);
-            if let Some(token) = token {
-                token.fail(error);
-            }
-            return;
+            return refuse_as_busy(token, error);
         }
         let mut uses = Vec::new();
         let resolved = self.gate(stream).and_then(|()| {
@@ -224,6 +224,7 @@ impl<B: Backend> ServerCore<B> {
             Ok(launches) => StreamWork::Batch {
                 launches: launches.into(),
                 token,
+                requires,
             },
             Err(error) => return self.refuse_async(stream, token, error),
         };
@@ -394,5 +395,14 @@ impl<B: Backend> ServerCore<B> {
         }
         self.memory.commit_compaction(plan)?;
         Ok(report)
+    }
+}
+
+/// Refuses launch work as a racing capture refuses it: the token alone,
+/// nothing latched.
+fn refuse_as_busy(token: Option<PendingToken>, error: ServerError) {
+    trace_refusal("launch", &error);
+    if let Some(token) = token {
+        token.fail(error);
     }
 }

@@ -242,7 +242,8 @@ impl<B: Backend> ServerCore<B> {
                 stream,
                 launches,
                 token,
-            } => self.launch_batch(stream, &launches, token),
+                requires,
+            } => self.launch_batch(stream, &launches, token, requires),
             Command::OptimizerStep {
                 stream,
                 step,

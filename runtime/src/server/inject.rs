@@ -37,6 +37,21 @@ impl<B: Backend> ServerCore<B> {
             .faults
             .as_mut()
             .is_some_and(|faults| faults.batch_busy());
+        self.busy(busy)
+    }
+
+    /// A single launch: `CaptureInProgress` if the plan says it is
+    /// refused as a racing capture would refuse it.
+    #[inline]
+    pub(super) fn inject_busy_launch(&mut self) -> Result<(), ServerError> {
+        let busy = self
+            .faults
+            .as_mut()
+            .is_some_and(|faults| faults.single_busy());
+        self.busy(busy)
+    }
+
+    fn busy(&self, busy: bool) -> Result<(), ServerError> {
         match busy {
             true => Err(ServerError::CaptureInProgress {
                 ordinal: self.ordinal,

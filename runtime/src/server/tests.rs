@@ -196,6 +196,7 @@ fn a_batch_with_one_bad_launch_queues_none_of_it() {
             KernelLaunch::fill(whole(buffer, 65), 1.0),
         ],
         token: Some(token.clone()),
+        requires: Vec::new(),
     });
     assert!(token.is_failed());
     let (_, _, work) = next_work(&harness);
@@ -214,6 +215,7 @@ fn a_good_batch_is_queued_as_one_item() {
             KernelLaunch::empty(),
         ],
         token: None,
+        requires: Vec::new(),
     });
     let (_, _, work) = next_work(&harness);
     assert!(matches!(work, StreamWork::Batch { ref launches, .. }

@@ -12,6 +12,7 @@ use super::memory::SimulatedMemory;
 use crate::backend::{Completion, DeviceCounters, ResolvedLaunch, StreamWork};
 use crate::error::ServerError;
 use crate::failure::PendingToken;
+use crate::failure::first_failure;
 use crate::kernel::Kernel;
 use crate::sync::{Mutex, Reply, Sender};
 
@@ -135,10 +136,14 @@ impl DeviceState {
                 };
                 settle(token, outcome);
             }
-            StreamWork::Batch { launches, token } => {
-                let outcome = match refusal {
-                    Some(error) => Err(error),
-                    None => self.launches(stream, sequence, &launches, completions),
+            StreamWork::Batch {
+                launches,
+                token,
+                requires,
+            } => {
+                let outcome = match (refusal, first_failure(&requires)) {
+                    (Some(error), _) | (None, Some(error)) => Err(error),
+                    (None, None) => self.launches(stream, sequence, &launches, completions),
                 };
                 settle(token, outcome);
             }

@@ -13,7 +13,7 @@ use super::progress::StreamProgress;
 use super::work::{BoundLaunch, Job, Work};
 use crate::backend::{Completion, StrideLayout};
 use crate::error::ServerError;
-use crate::failure::PendingToken;
+use crate::failure::{PendingToken, first_failure};
 use crate::sync::{PATIENCE, Receiver, Sender, TryRecvError, poll_patiently, recv_patiently};
 
 /// Completions are reported at least this often while a stream stays busy.
@@ -180,10 +180,23 @@ impl<D: StreamDevice> StreamRunner<D> {
                 self.launches(sequence, one, token, |device| device.run(one));
                 self.device.release_launch(launch);
             }
-            Work::Batch { launches, token } => {
-                let list = launches.as_ref();
-                self.launches(sequence, list, token, |device| device.run_batch(&launches));
-            }
+            Work::Batch {
+                launches,
+                token,
+                requires,
+            } => match first_failure(&requires) {
+                // Nothing of it runs and nothing latches: the owner hears
+                // through the token, as from a refusal at the server.
+                Some(error) => {
+                    if let Some(token) = token {
+                        token.fail(error);
+                    }
+                }
+                None => {
+                    let list = launches.as_ref();
+                    self.launches(sequence, list, token, |device| device.run_batch(&launches));
+                }
+            },
             Work::RecordEvent { event } => self.device.record(event),
             Work::WaitEvent { event } => {
                 if self.refusal().is_none() {

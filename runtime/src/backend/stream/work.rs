@@ -13,7 +13,7 @@ use super::progress::StreamProgress;
 use super::runner::StreamDevice;
 use crate::backend::{Launches, ResolvedLaunch, StrideLayout};
 use crate::error::ServerError;
-use crate::failure::PendingToken;
+use crate::failure::{FailureToken, PendingToken};
 use crate::ids::EventId;
 use crate::kernel::Kernel;
 use crate::sync::Reply;
@@ -81,6 +81,9 @@ pub enum Work<R: Resolution> {
         launches: R::Batch,
         /// Settled with the outcome of the whole batch.
         token: Option<PendingToken>,
+        /// Earlier work the batch consumes: if any of it failed, the batch
+        /// does not run and `token` fails with that error.
+        requires: Vec<FailureToken>,
     },
     /// Fire an event (new: never recorded before) when the stream reaches this point.
     RecordEvent {
@@ -310,7 +313,16 @@ impl<D: StreamDevice> Lookup<D> {
                 },
                 token,
             },
-            (Work::Batch { token, .. }, Lookup::Batch(launches)) => Work::Batch { launches, token },
+            (
+                Work::Batch {
+                    token, requires, ..
+                },
+                Lookup::Batch(launches),
+            ) => Work::Batch {
+                launches,
+                token,
+                requires,
+            },
             (Work::RecordEvent { .. }, Lookup::Record(event)) => Work::RecordEvent { event },
             (Work::WaitEvent { .. }, Lookup::Wait(event)) => Work::WaitEvent { event },
             (Work::WaitStream { sequence, .. }, Lookup::Progress(stream)) => {
