@@ -109,7 +109,24 @@ def cases():
     q, k, v = values([2, 4, 4]), values([2, 4, 4]), values([2, 4, 3])
     out.append(case("sdpa", {"causal": True, "mask": False}, [q, k, v],
                     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+    # Attention as a transformer writes it, the heads split from the
+    # embedding and merged back: the tape's fused multi_head_attention.
+    for causal in [False, True]:
+        q, k, v = values([2, 3, 8]), values([2, 5, 8]), values([2, 5, 8])
+        out.append(case("mha", {"heads": 2, "causal": causal}, [q, k, v],
+                        lambda q, k, v, c=causal: multi_head(q, k, v, 2, c)))
     return out
+
+
+def multi_head(q, k, v, heads, causal):
+    """`[B, T, E]` split into heads, attended, merged back to `[B, L, E]`."""
+    b, l, e = q.shape
+
+    def split(x):
+        return x.reshape(b, x.shape[1], heads, e // heads).transpose(1, 2)
+
+    y = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=causal)
+    return y.transpose(1, 2).reshape(b, l, e)
 
 
 def main():

@@ -143,6 +143,8 @@ conformance_tests! {
     layers::every_registered_parameter_in_any_operation_gets_its_gradient_staged,
     layers::dropout_masks_match_the_cpu_bit_for_bit_and_backward_reuses_them,
     layers::attention_on_the_tape_matches_finite_differences,
+    layers::fused_multi_head_attention_matches_finite_differences,
+    layers::fused_attention_over_many_rows_matches_the_composed_one,
     layers::narrow_split_and_cat_on_the_tape_match_finite_differences,
     layers::softmax_over_any_dimension_matches_finite_differences,
     max::max_dim_kernels_take_the_first_maximum_and_route_the_gradient_there,

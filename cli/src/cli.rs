@@ -114,6 +114,8 @@ pub enum BenchCommand {
     },
     /// An MLP step's forward + backward on the tape against its replayed kernels.
     Tape,
+    /// The ViT's attention, forward + backward, fused against composed.
+    Attention,
     /// A whole training step.
     TrainStep,
     /// Cross-entropy forward + backward of a 256×1000 batch on the CPU
@@ -174,6 +176,7 @@ fn run_bench(bench: BenchCommand) -> Result<(), String> {
             crate::bench::checkpoint::run(params, dir.as_deref())
         }
         BenchCommand::Tape => crate::bench::tape::run(),
+        BenchCommand::Attention => crate::bench::attention::run(),
         BenchCommand::TrainStep => crate::bench::train_step::run(),
         BenchCommand::CrossEntropy { samples } => crate::bench::cross_entropy::run(samples),
     }

@@ -131,17 +131,6 @@ fn next<'t>(p: &mut std::slice::Iter<'_, Var<'t>>) -> Result<Var<'t>, AutodiffEr
         .ok_or_else(|| AutodiffError::InvalidArgument("vit: too few parameters".into()))
 }
 
-/// `[B, T, D]` as `[B, heads, T, D/heads]`, and back.
-fn split_heads<'t>(tape: &'t Tape, x: &Var<'t>, b: usize) -> Result<Var<'t>, AutodiffError> {
-    let x = tape.reshape(x, &[b as isize, TOKENS as isize, HEADS as isize, -1])?;
-    tape.permute(&x, &[0, 2, 1, 3])
-}
-
-fn merge_heads<'t>(tape: &'t Tape, x: &Var<'t>, b: usize) -> Result<Var<'t>, AutodiffError> {
-    let x = tape.permute(x, &[0, 2, 1, 3])?;
-    tape.reshape(&x, &[b as isize, TOKENS as isize, D as isize])
-}
-
 /// The logits `[B, 10]` of `images` (`[B, 8, 8]`) under `params` (as
 /// [`parameters`] orders them); `zeros` is [`zeros`]`(B)` on the tape.
 pub fn forward<'t>(
@@ -160,11 +149,12 @@ pub fn forward<'t>(
     for _ in 0..BLOCKS {
         let (g, beta) = (next(&mut p)?, next(&mut p)?);
         let h = tape.layer_norm(&x, &[D], Some(&g), Some(&beta), 1e-5)?;
-        let q = split_heads(tape, &dense(tape, &h, &mut p)?, b)?;
-        let k = split_heads(tape, &dense(tape, &h, &mut p)?, b)?;
-        let v = split_heads(tape, &dense(tape, &h, &mut p)?, b)?;
-        let attended = tape.scaled_dot_product_attention(&q, &k, &v, None, false)?;
-        let attended = dense(tape, &merge_heads(tape, &attended, b)?, &mut p)?;
+        let q = dense(tape, &h, &mut p)?;
+        let k = dense(tape, &h, &mut p)?;
+        let v = dense(tape, &h, &mut p)?;
+        // The heads split, attended and merged in one kernel, in place.
+        let attended = tape.multi_head_attention(&q, &k, &v, HEADS, false)?;
+        let attended = dense(tape, &attended, &mut p)?;
         x = tape.add(&x, &dropout.apply(tape, &attended)?)?;
         let (g, beta) = (next(&mut p)?, next(&mut p)?);
         let h = tape.layer_norm(&x, &[D], Some(&g), Some(&beta), 1e-5)?;

@@ -145,6 +145,12 @@ catalogue! {
     MaxDim => "max_dim",
     /// [`crate::max_dim_backward`]: the gradient routed to that index.
     MaxDimBackward => "max_dim_backward",
+    /// [`crate::attention`]: multi-head attention over heads in place.
+    Attention => "attention",
+    /// [`crate::attention_backward_queries`]: the scores' and queries' gradients.
+    AttentionBackwardQueries => "attention_backward_queries",
+    /// [`crate::attention_backward_keys`]: the keys' and values' gradients.
+    AttentionBackwardKeys => "attention_backward_keys",
 }
 
 #[cfg(test)]

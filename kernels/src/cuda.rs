@@ -17,6 +17,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("broadcast.cu", include_str!("cuda/broadcast.cu")),
     ("norm.cu", include_str!("cuda/norm.cu")),
     ("max.cu", include_str!("cuda/max.cu")),
+    ("attention.cu", include_str!("cuda/attention.cu")),
     ("gemm.cu", include_str!("cuda/gemm.cu")),
     ("optimizer.cu", include_str!("cuda/optimizer.cu")),
     ("lamb.cu", include_str!("cuda/lamb.cu")),

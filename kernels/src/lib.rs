@@ -11,6 +11,7 @@
 //! launch kernels, kernels do not know about them.
 
 mod activation;
+mod attention;
 mod batched;
 mod broadcast;
 mod catalogue;
@@ -33,6 +34,9 @@ mod small_products;
 pub mod wgsl;
 
 pub use activation::{Activation, activation_backward, activation_forward};
+pub use attention::{
+    AttentionSpec, attention, attention_backward_keys, attention_backward_queries,
+};
 pub use batched::{BatchedGemmSpec, batched_gemm};
 pub use broadcast::{BinaryOp, BroadcastSpec, MAX_RANK, SumSpec, broadcast_binary, strided_sum};
 pub use catalogue::KernelId;

@@ -48,6 +48,9 @@ pub const STRIDED: &str = include_str!("wgsl/strided.wgsl");
 /// `layer_norm`, `layer_norm_backward`, `embedding` and
 /// `embedding_backward` (`crate::norm`, `crate::embedding`).
 pub const NORM: &str = include_str!("wgsl/norm.wgsl");
+/// `attention`, `attention_backward_queries` and `attention_backward_keys`
+/// (`crate::attention`).
+pub const ATTENTION: &str = include_str!("wgsl/attention.wgsl");
 /// `max_dim` and `max_dim_backward` (`crate::max_dim`).
 pub const MAX: &str = include_str!("wgsl/max.wgsl");
 /// `broadcast_binary` and `strided_sum` (`crate::broadcast`), over a table

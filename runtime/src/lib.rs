@@ -24,9 +24,9 @@ pub mod sync;
 pub mod testing;
 
 pub use cistern_kernels::{
-    Activation, BatchedGemmSpec, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
-    EmbeddingSpec, GatherSpec, GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars, MaxDimSpec,
-    Reduction, ScaleRule, Segment, SumSpec, check_targets,
+    Activation, AttentionSpec, BatchedGemmSpec, BinaryOp, BroadcastSpec, ClassInput, ClassLossSpec,
+    DropoutSpec, EmbeddingSpec, GatherSpec, GemmSpec, LayerNormSpec, MAX_RANK, MapOp, MapScalars,
+    MaxDimSpec, Reduction, ScaleRule, Segment, SumSpec, check_targets,
 };
 pub use cistern_memory::{
     AllocationId, AllocationPolicy, ErrorCode, MemorySnapshot, MemoryStats, StreamId,
@@ -43,7 +43,9 @@ pub use fault::{FaultPlan, ProbeFault, TrapRate};
 pub use graph::{CaptureId, GraphInfo, GraphRef};
 pub use host::host_memory_bytes;
 pub use ids::{BufferRef, DEFAULT_STREAM, Device, DeviceInfo, EventId, Region, ServerId};
-pub use kernel::{Access, Binding, Contract, Kernel, KernelLaunch, OptimizerStep, ShapeRule};
+pub use kernel::{
+    Access, AttentionPart, Binding, Contract, Kernel, KernelLaunch, OptimizerStep, ShapeRule,
+};
 pub use optimizer::{OptimizerArgs, SegmentTable, optimizer_error};
 pub use server::{
     DeviceState, Flow, Health, PublishedState, ServerCore, ServerEnd, ServerHandle, next_server_id,

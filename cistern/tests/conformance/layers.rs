@@ -436,6 +436,126 @@ pub fn attention_on_the_tape_matches_finite_differences(device: Device) {
     );
 }
 
+/// `[batch, positions, heads·head_dim]` as `[batch·heads, positions,
+/// head_dim]`, and back (`merge`).
+fn split_heads(x: &[f64], [batch, positions, heads]: [usize; 3], merge: bool) -> Vec<f64> {
+    let dim = x.len() / (batch * positions * heads);
+    let mut out = vec![0.0; x.len()];
+    for b in 0..batch {
+        for p in 0..positions {
+            for h in 0..heads {
+                for e in 0..dim {
+                    let packed = ((b * positions + p) * heads + h) * dim + e;
+                    let split = ((b * heads + h) * positions + p) * dim + e;
+                    match merge {
+                        false => out[split] = x[packed],
+                        true => out[packed] = x[split],
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+pub fn fused_multi_head_attention_matches_finite_differences(device: Device) {
+    for causal in [false, true] {
+        let (batch, queries, keys, heads, dim) = (2, 3, 5, 2, 4);
+        check_tape(
+            device,
+            if causal {
+                "fused causal attention"
+            } else {
+                "fused attention"
+            },
+            &[
+                &[batch, queries, heads * dim],
+                &[batch, keys, heads * dim],
+                &[batch, keys, heads * dim],
+            ],
+            &[],
+            |tape, v| tape.multi_head_attention(&v[0], &v[1], &v[2], heads, causal),
+            |x| {
+                let q = split_heads(&x[0], [batch, queries, heads], false);
+                let k = split_heads(&x[1], [batch, keys, heads], false);
+                let v = split_heads(&x[2], [batch, keys, heads], false);
+                let shape = (batch * heads, queries, keys, dim, dim);
+                let out = attention_reference((&q, &k, &v), shape, None, causal);
+                split_heads(&out, [batch, queries, heads], true)
+            },
+        );
+    }
+}
+
+/// The fused attention against the composed one (heads split by permutes)
+/// on the same device, over more query rows than a workgroup holds: the
+/// output and the gradients of `q`, `k` and `v`.
+pub fn fused_attention_over_many_rows_matches_the_composed_one(device: Device) {
+    let client = open(device);
+    let (batch, tokens, heads, dim) = (40, 9, 4, 16);
+    let mut rng = SplitMix64::new(4471);
+    let shape = [batch, tokens, heads * dim];
+    let inputs: Vec<Tensor<f32>> = (0..4)
+        .map(|_| {
+            ok(
+                Tensor::new(shape, values(&mut rng, batch * tokens * heads * dim)),
+                "tensor",
+            )
+        })
+        .collect();
+    let run = |fused: bool| {
+        let tape = Tape::new(&client);
+        let vars: Vec<Var<'_>> = inputs[..3].iter().map(|x| ok(tape.var(x), "var")).collect();
+        let y = if fused {
+            ok(
+                tape.multi_head_attention(&vars[0], &vars[1], &vars[2], heads, false),
+                "fused",
+            )
+        } else {
+            let split = |x: &Var<'_>| {
+                let x = ok(
+                    tape.reshape(x, &[batch as isize, tokens as isize, heads as isize, -1]),
+                    "reshape",
+                );
+                ok(tape.permute(&x, &[0, 2, 1, 3]), "permute")
+            };
+            let (q, k, v) = (split(&vars[0]), split(&vars[1]), split(&vars[2]));
+            let y = ok(
+                tape.scaled_dot_product_attention(&q, &k, &v, None, false),
+                "sdpa",
+            );
+            let y = ok(tape.permute(&y, &[0, 2, 1, 3]), "merge");
+            ok(
+                tape.reshape(&y, &[batch as isize, tokens as isize, -1]),
+                "reshape",
+            )
+        };
+        let w = ok(tape.var_no_grad(&inputs[3]), "w");
+        let loss = ok(tape.sum(&ok(tape.mul(&y, &w), "y⊙w")), "loss");
+        let gradients = ok(tape.backward(&loss), "backward");
+        let mut out = vec![ok(y.to_host(), "y").data().to_vec()];
+        for var in &vars {
+            let Some(gradient) = ok(gradients.to_host(var), "gradient") else {
+                panic!("{device}: the loss reaches every input");
+            };
+            out.push(gradient.data().to_vec());
+        }
+        out
+    };
+    let (fused, composed) = (run(true), run(false));
+    for (which, (got, want)) in ["out", "grad q", "grad k", "grad v"]
+        .iter()
+        .zip(fused.iter().zip(&composed))
+    {
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                close(f64::from(g), f64::from(w), 1e-5),
+                "{device} {which}: element {i} is {g}, the composed attention's {w}"
+            );
+        }
+    }
+}
+
 /// `x` (`[a, b, c]`, row-major) narrowed to `start..start + length` of `dim`.
 fn narrow_reference(
     x: &[f64],

@@ -1,6 +1,7 @@
 //! The `cistern bench` subcommands: each prints one JSON object per result line.
 
 pub mod alloc;
+pub mod attention;
 pub mod checkpoint;
 pub mod cross_entropy;
 #[cfg(feature = "cuda")]

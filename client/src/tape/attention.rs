@@ -1,14 +1,17 @@
-//! Dropout from a seeded counter-based generator, and scaled dot-product
-//! attention composed of the tape's operations.
+//! Dropout from a seeded counter-based generator, scaled dot-product
+//! attention composed of the tape's operations, and multi-head attention
+//! fused into one kernel over the heads where a linear layer left them.
 
-use cistern_runtime::{DropoutSpec, KernelLaunch};
+use cistern_runtime::{AttentionSpec, DropoutSpec, KernelLaunch};
 
 use super::backward::Grad;
 use super::node::{Op, VarIndex};
+use super::rules::Contributions;
 use super::sinks::Sinks;
 use super::tape::Tape;
 use super::tensor::Tensor;
 use super::var::Var;
+use crate::compute::Buffer;
 use crate::error::AutodiffError;
 
 impl Tape {
@@ -102,6 +105,138 @@ impl Tape {
         }
         let weights = self.softmax(&scores)?;
         self.matmul(&weights, v)
+    }
+}
+
+/// What a fused attention keeps for its backward: its shape and the
+/// attention weights.
+#[derive(Clone, Debug)]
+pub(super) struct AttentionRecord {
+    pub(super) spec: AttentionSpec,
+    pub(super) weights: Buffer,
+}
+
+impl Tape {
+    /// Multi-head attention over `heads` heads, fused: `q` is `[B, L, E]`,
+    /// `k` and `v` `[B, S, E]` (`E = heads·head_dim`, as linear layers
+    /// produce them), and the result `[B, L, E]` equals
+    /// `merge(scaled_dot_product_attention(split(q), split(k), split(v),
+    /// None, causal))`, where `split` views `[B, T, E]` as `[B, heads, T,
+    /// head_dim]` and `merge` is its inverse. One kernel reads the heads in
+    /// place (no permute copies) and keeps the attention weights; the
+    /// backward is two kernels. Shapes that disagree, or `E` not a multiple
+    /// of `heads`, are `InvalidArgument`.
+    pub fn multi_head_attention(
+        &self,
+        q: &Var<'_>,
+        k: &Var<'_>,
+        v: &Var<'_>,
+        heads: usize,
+        causal: bool,
+    ) -> Result<Var<'_>, AutodiffError> {
+        let (q, k, v) = (self.operand(q)?, self.operand(k)?, self.operand(v)?);
+        let refuse = |why: String| {
+            Err(AutodiffError::InvalidArgument(format!(
+                "multi_head_attention: q {:?}, k {:?}, v {:?}: {why}",
+                q.shape, k.shape, v.shape
+            )))
+        };
+        let ([b, l, e], [kb, s, ke]) = (&q.shape[..], &k.shape[..]) else {
+            return refuse("q and k must be [batch, positions, embedding]".into());
+        };
+        if [*kb, *s, *ke] != [*b, *s, *e] || v.shape != k.shape {
+            return refuse("k and v must share q's batch and embedding, and one shape".into());
+        }
+        if heads == 0 || e % heads != 0 {
+            return refuse(format!(
+                "an embedding of {e} does not split into {heads} heads"
+            ));
+        }
+        let head_dim = e / heads;
+        let spec = AttentionSpec {
+            batch: *b as u64,
+            heads: heads as u64,
+            queries: *l as u64,
+            keys: *s as u64,
+            head_dim: head_dim as u64,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            causal,
+        };
+        spec.validate().map_err(|error| {
+            AutodiffError::InvalidArgument(format!("multi_head_attention: {error}"))
+        })?;
+        let out = self.reserve(b * l * e)?;
+        let weights = self.reserve(b * heads * l * s)?;
+        self.launch(KernelLaunch::attention(
+            spec,
+            [q.value.whole(), k.value.whole(), v.value.whole()],
+            out.whole(),
+            weights.whole(),
+        ))?;
+        let op = Op::Attention {
+            q: q.index,
+            k: k.index,
+            v: v.index,
+            record: Box::new(AttentionRecord { spec, weights }),
+        };
+        Ok(self.record(out, q.shape, op))
+    }
+
+    /// The contributions of a fused attention to `q`, `k` and `v`: the
+    /// queries' half of the backward, then the keys' (run whatever was
+    /// reached: each half writes two gradients).
+    pub(super) fn attention_gradients(
+        &self,
+        [q, k, v]: [VarIndex; 3],
+        record: &AttentionRecord,
+        grad: &Grad,
+        reached: impl Fn(VarIndex) -> bool,
+    ) -> Result<Contributions, AutodiffError> {
+        let spec = record.spec;
+        let (queries, keys) = (
+            (spec.batch * spec.queries * spec.heads * spec.head_dim) as usize,
+            (spec.batch * spec.keys * spec.heads * spec.head_dim) as usize,
+        );
+        let g = self.materialize(grad, queries)?;
+        let value = |index| self.with_node(index, |node| node.value.clone());
+        let (q_value, k_value, v_value) = (value(q), value(k), value(v));
+        let scores = self.reserve((spec.batch * spec.heads * spec.queries * spec.keys) as usize)?;
+        let grad_q = self.reserve(queries)?;
+        self.launch(KernelLaunch::attention_backward_queries(
+            spec,
+            [
+                k_value.whole(),
+                v_value.whole(),
+                record.weights.whole(),
+                g.whole(),
+            ],
+            scores.whole(),
+            grad_q.whole(),
+        ))?;
+        let mut out = Contributions::new();
+        if reached(q) {
+            out.push((q, Grad::Device(grad_q)));
+        }
+        if reached(k) || reached(v) {
+            let (grad_k, grad_v) = (self.reserve(keys)?, self.reserve(keys)?);
+            self.launch(KernelLaunch::attention_backward_keys(
+                spec,
+                [
+                    q_value.whole(),
+                    record.weights.whole(),
+                    g.whole(),
+                    scores.whole(),
+                ],
+                grad_k.whole(),
+                grad_v.whole(),
+            ))?;
+            for (index, gradient) in [(k, grad_k), (v, grad_v)] {
+                if reached(index) {
+                    out.push((index, Grad::Device(gradient)));
+                }
+            }
+        }
+        Ok(out)
     }
 }
 

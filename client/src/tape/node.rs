@@ -3,6 +3,7 @@
 
 use cistern_runtime::{Activation, BinaryOp, DropoutSpec, MaxDimSpec};
 
+use super::attention::AttentionRecord;
 use super::classify::{BceRecord, ClassLossRecord};
 use super::layers::{EmbeddingRecord, LayerNormRecord};
 use super::weight_layout::WeightLayout;
@@ -135,6 +136,13 @@ pub(super) enum Op {
         spec: MaxDimSpec,
         indices: Buffer,
     },
+    /// Multi-head attention over the heads of `q`, `k` and `v` in place.
+    Attention {
+        q: VarIndex,
+        k: VarIndex,
+        v: VarIndex,
+        record: Box<AttentionRecord>,
+    },
 }
 
 impl Op {
@@ -173,6 +181,7 @@ impl Op {
                 vec![input]
             }
             Op::Cat { ref inputs } => inputs.clone(),
+            Op::Attention { q, k, v, .. } => vec![q, k, v],
             Op::MseLoss { pred, target } => vec![pred, target],
         }
     }

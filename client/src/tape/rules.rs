@@ -162,6 +162,10 @@ impl Tape {
                 let inputs = (input, weight, bias);
                 out.extend(self.layer_norm_gradients(inputs, &record, grad, reached, sinks)?);
             }
+            Op::Attention { q, k, v, record } => {
+                let reached = |input: VarIndex| reached(&input);
+                out.extend(self.attention_gradients([q, k, v], &record, grad, reached)?);
+            }
             Op::Narrow { input, start } => {
                 if reached(&input) {
                     let g = self.narrow_gradient(input, start, grad, len)?;

@@ -2,7 +2,8 @@
 //! and autograd gradients: broadcasting arithmetic, reductions over
 //! dimensions (`max_dim` included), views, batched matmul, layer norm,
 //! embedding, softmax over any dimension, GELU and scaled dot-product
-//! attention (`benches/tape_fixture.py` writes the fixture, inputs
+//! attention, composed and fused over heads (`benches/tape_fixture.py`
+//! writes the fixture, inputs
 //! included; it is committed, so this runs without PyTorch).
 //!
 //! Every device present runs it, with the tolerances of `pytorch.rs`: both
@@ -84,6 +85,11 @@ fn apply<'t>(tape: &'t Tape, case: &Value, v: &[Var<'t>]) -> Result<Var<'t>, Aut
         "sdpa" => {
             let causal = args["causal"].as_bool().unwrap_or(false);
             tape.scaled_dot_product_attention(&v[0], &v[1], &v[2], v.get(3), causal)
+        }
+        "mha" => {
+            let causal = args["causal"].as_bool().unwrap_or(false);
+            let heads = args["heads"].as_u64().unwrap_or(0) as usize;
+            tape.multi_head_attention(&v[0], &v[1], &v[2], heads, causal)
         }
         other => panic!("an operation the fixture should not have: {other}"),
     }

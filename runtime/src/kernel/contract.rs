@@ -6,8 +6,9 @@
 
 use cistern_kernels::map::{MAX_BINDINGS, MapDefinition};
 use cistern_kernels::{
-    Activation, BatchedGemmSpec, BroadcastSpec, ClassInput, ClassLossSpec, DropoutSpec,
-    EmbeddingSpec, GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MaxDimSpec, SumSpec,
+    Activation, AttentionSpec, BatchedGemmSpec, BroadcastSpec, ClassInput, ClassLossSpec,
+    DropoutSpec, EmbeddingSpec, GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MaxDimSpec,
+    SumSpec,
 };
 use cistern_optim::validate_segments;
 use serde::{Deserialize, Serialize};
@@ -168,6 +169,15 @@ pub enum ShapeRule<'a> {
         spec: &'a EmbeddingSpec,
         /// Whether this is the backward.
         backward: bool,
+    },
+    /// Multi-head attention (or a half of its backward): `q` and the
+    /// output `batch×queries×heads×head_dim`, `k` and `v` with `keys`
+    /// positions, the weights `batch×heads×queries×keys`.
+    Attention {
+        /// The shape and options.
+        spec: &'a AttentionSpec,
+        /// The kernel: the forward or a half of the backward.
+        part: AttentionPart,
     },
     /// A maximum over one dimension (or its backward): the input
     /// `outer×dim×inner`, the values and indices `outer×inner`.
@@ -438,6 +448,33 @@ impl Kernel {
                     backward: true,
                 },
             ),
+            Kernel::Attention(spec) => contract(
+                "attention",
+                KernelId::Attention,
+                &[R, R, R, W, W],
+                ShapeRule::Attention {
+                    spec,
+                    part: AttentionPart::Forward,
+                },
+            ),
+            Kernel::AttentionBackwardQueries(spec) => contract(
+                "attention_backward_queries",
+                KernelId::AttentionBackwardQueries,
+                &[R, R, R, R, W, W],
+                ShapeRule::Attention {
+                    spec,
+                    part: AttentionPart::Queries,
+                },
+            ),
+            Kernel::AttentionBackwardKeys(spec) => contract(
+                "attention_backward_keys",
+                KernelId::AttentionBackwardKeys,
+                &[R, R, R, R, W, W],
+                ShapeRule::Attention {
+                    spec,
+                    part: AttentionPart::Keys,
+                },
+            ),
         }
     }
 }
@@ -509,6 +546,7 @@ impl ShapeRule<'_> {
             ShapeRule::Gather { spec } => Some(spec.validate()),
             ShapeRule::Batched { spec } => Some(spec.validate()),
             ShapeRule::MaxDim { spec, .. } => Some(spec.validate()),
+            ShapeRule::Attention { spec, .. } => Some(spec.validate()),
             _ => None,
         };
         if let Some(checked) = walk {
@@ -718,6 +756,42 @@ impl ShapeRule<'_> {
                     expect(2, outputs, "indices")
                 }
             }
+            ShapeRule::Attention { spec, part } => {
+                let (queries, keys, weights) =
+                    (spec.query_elements(), spec.key_elements(), spec.weights());
+                let expected: [(Option<u64>, &str); 6] = match part {
+                    AttentionPart::Forward => [
+                        (queries, "q"),
+                        (keys, "k"),
+                        (keys, "v"),
+                        (queries, "out"),
+                        (weights, "weights"),
+                        (None, ""),
+                    ],
+                    AttentionPart::Queries => [
+                        (keys, "k"),
+                        (keys, "v"),
+                        (weights, "weights"),
+                        (queries, "grad_out"),
+                        (weights, "grad_scores"),
+                        (queries, "grad_q"),
+                    ],
+                    AttentionPart::Keys => [
+                        (queries, "q"),
+                        (weights, "weights"),
+                        (queries, "grad_out"),
+                        (weights, "grad_scores"),
+                        (keys, "grad_k"),
+                        (keys, "grad_v"),
+                    ],
+                };
+                for (index, (elements, name)) in expected.into_iter().enumerate() {
+                    if !name.is_empty() {
+                        expect(index, elements, name)?;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -732,4 +806,15 @@ fn check_segments(
         .and_then(|total| usize::try_from(total).ok())
         .unwrap_or(0);
     validate_segments(segments, total).map_err(|error| optimizer_error(kernel, error))
+}
+
+/// Which of the attention kernels a contract is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionPart {
+    /// The forward.
+    Forward,
+    /// The backward's half per query row.
+    Queries,
+    /// The backward's half per key row.
+    Keys,
 }

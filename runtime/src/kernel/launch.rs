@@ -2,8 +2,8 @@
 //! order of the kernel's signature.
 
 use cistern_kernels::{
-    Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GatherSpec, GemmSpec, LayerNormSpec, MapOp, MaxDimSpec, ScaleRule, SumSpec,
+    Activation, AttentionSpec, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec,
+    EmbeddingSpec, GatherSpec, GemmSpec, LayerNormSpec, MapOp, MaxDimSpec, ScaleRule, SumSpec,
 };
 
 use super::{Binding, Kernel, KernelLaunch};
@@ -326,5 +326,44 @@ impl KernelLaunch {
     ) -> Self {
         let kernel = Kernel::MaxDimBackward(Box::new(spec));
         Self::new(kernel, vec![indices, grad_out, grad_x])
+    }
+
+    /// `Attention`: `out ← softmax(q·kᵀ·scale)·v` per sequence and head,
+    /// the weights kept for the backward.
+    pub fn attention(
+        spec: AttentionSpec,
+        [q, k, v]: [Binding; 3],
+        out: Binding,
+        weights: Binding,
+    ) -> Self {
+        Self::new(
+            Kernel::Attention(Box::new(spec)),
+            vec![q, k, v, out, weights],
+        )
+    }
+
+    /// `AttentionBackwardQueries`: the scores' gradient and `grad_q`.
+    pub fn attention_backward_queries(
+        spec: AttentionSpec,
+        [k, v, weights, grad_out]: [Binding; 4],
+        grad_scores: Binding,
+        grad_q: Binding,
+    ) -> Self {
+        let kernel = Kernel::AttentionBackwardQueries(Box::new(spec));
+        Self::new(kernel, vec![k, v, weights, grad_out, grad_scores, grad_q])
+    }
+
+    /// `AttentionBackwardKeys`: `grad_k` and `grad_v`.
+    pub fn attention_backward_keys(
+        spec: AttentionSpec,
+        [q, weights, grad_out, grad_scores]: [Binding; 4],
+        grad_k: Binding,
+        grad_v: Binding,
+    ) -> Self {
+        let kernel = Kernel::AttentionBackwardKeys(Box::new(spec));
+        Self::new(
+            kernel,
+            vec![q, weights, grad_out, grad_scores, grad_k, grad_v],
+        )
     }
 }

@@ -22,13 +22,13 @@ mod contract;
 mod launch;
 mod optimizer_step;
 
-pub use contract::{Access, Contract, ShapeRule};
+pub use contract::{Access, AttentionPart, Contract, ShapeRule};
 pub use optimizer_step::OptimizerStep;
 
 use cistern_kernels::{
-    Activation, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec, EmbeddingSpec,
-    GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, MaxDimSpec, ScaleRule,
-    SumSpec,
+    Activation, AttentionSpec, BatchedGemmSpec, BroadcastSpec, ClassLossSpec, DropoutSpec,
+    EmbeddingSpec, GatherSpec, GemmSpec, KernelId, LayerNormSpec, MapOp, MapScalars, MaxDimSpec,
+    ScaleRule, SumSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -196,6 +196,17 @@ pub enum Kernel {
     /// Its gradient, routed to that index: bindings `indices`, `grad_out`
     /// (`outer×inner`), `grad_x` (`outer×dim×inner`, overwritten).
     MaxDimBackward(Box<MaxDimSpec>),
+    /// Multi-head attention over heads in place
+    /// (`cistern_kernels::attention`): bindings `q` (`batch×queries×heads×
+    /// head_dim`), `k`, `v` (`batch×keys×heads×head_dim`), `out` (as `q`),
+    /// `weights` (`batch×heads×queries×keys`, kept for the backward).
+    Attention(Box<AttentionSpec>),
+    /// The backward's first half, per query row: bindings `k`, `v`,
+    /// `weights`, `grad_out`, `grad_scores` (as `weights`), `grad_q`.
+    AttentionBackwardQueries(Box<AttentionSpec>),
+    /// The backward's second half, per key row: bindings `q`, `weights`,
+    /// `grad_out`, `grad_scores`, `grad_k`, `grad_v`.
+    AttentionBackwardKeys(Box<AttentionSpec>),
 }
 
 impl Kernel {

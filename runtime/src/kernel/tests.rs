@@ -118,6 +118,28 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
     };
     launches.push(KernelLaunch::max_dim(max, b, b, b));
     launches.push(KernelLaunch::max_dim_backward(max, b, b, b));
+    let heads = cistern_kernels::AttentionSpec {
+        batch: 1,
+        heads: 1,
+        queries: 1,
+        keys: 1,
+        head_dim: 1,
+        scale: 1.0,
+        causal: false,
+    };
+    launches.push(KernelLaunch::attention(heads, [b, b, b], b, b));
+    launches.push(KernelLaunch::attention_backward_queries(
+        heads,
+        [b, b, b, b],
+        b,
+        b,
+    ));
+    launches.push(KernelLaunch::attention_backward_keys(
+        heads,
+        [b, b, b, b],
+        b,
+        b,
+    ));
     for log in [false, true] {
         launches.push(KernelLaunch::softmax(b, 1, 1, log, b));
         launches.push(KernelLaunch::softmax_backward(b, b, 1, 1, log, b));

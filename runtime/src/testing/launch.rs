@@ -62,7 +62,10 @@ pub(super) fn run_launch(
         | Kernel::BatchGather(_)
         | Kernel::BatchedGemm(_)
         | Kernel::MaxDim(_)
-        | Kernel::MaxDimBackward(_) => {}
+        | Kernel::MaxDimBackward(_)
+        | Kernel::Attention(_)
+        | Kernel::AttentionBackwardQueries(_)
+        | Kernel::AttentionBackwardKeys(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

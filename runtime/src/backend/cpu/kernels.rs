@@ -188,6 +188,23 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
             cistern_kernels::layer_norm_backward(spec, x, weight, stats, grad_y, grad_x, weighted)
                 .map_err(refused)?;
         }
+        Kernel::Attention(spec) => {
+            let inputs = [b.read(0)?, b.read(1)?, b.read(2)?];
+            let (out, weights) = (b.write(3)?, b.write(4)?);
+            cistern_kernels::attention(spec, inputs, out, weights).map_err(refused)?;
+        }
+        Kernel::AttentionBackwardQueries(spec) => {
+            let inputs = [b.read(0)?, b.read(1)?, b.read(2)?, b.read(3)?];
+            let (scores, grad_q) = (b.write(4)?, b.write(5)?);
+            cistern_kernels::attention_backward_queries(spec, inputs, scores, grad_q)
+                .map_err(refused)?;
+        }
+        Kernel::AttentionBackwardKeys(spec) => {
+            let inputs = [b.read(0)?, b.read(1)?, b.read(2)?, b.read(3)?];
+            let (grad_k, grad_v) = (b.write(4)?, b.write(5)?);
+            cistern_kernels::attention_backward_keys(spec, inputs, grad_k, grad_v)
+                .map_err(refused)?;
+        }
         Kernel::BatchedGemm(spec) => {
             let (a, c, out) = (b.read(0)?, b.read(1)?, b.write(2)?);
             cistern_kernels::batched_gemm(spec, a, c, out).map_err(refused)?;

@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 36] = [
+const FUNCTIONS: [&str; 39] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -58,6 +58,9 @@ const FUNCTIONS: [&str; 36] = [
     "cistern_batch_gather_advance",
     "cistern_max_dim",
     "cistern_max_dim_backward",
+    "cistern_attention",
+    "cistern_attention_backward_queries",
+    "cistern_attention_backward_keys",
 ];
 
 /// Every kernel the module holds, in load order: [`FUNCTIONS`], then each

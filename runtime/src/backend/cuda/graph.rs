@@ -120,7 +120,10 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::BatchGather(_)
         | Kernel::BatchedGemm(_)
         | Kernel::MaxDim(_)
-        | Kernel::MaxDimBackward(_) => true,
+        | Kernel::MaxDimBackward(_)
+        | Kernel::Attention(_)
+        | Kernel::AttentionBackwardQueries(_)
+        | Kernel::AttentionBackwardKeys(_) => true,
     }
 }
 

@@ -387,6 +387,32 @@ impl Launcher<'_> {
                 args.extend(shape);
                 self.stride("cistern_embedding_backward", spec.dim, &args)
             }
+            Kernel::Attention(spec)
+            | Kernel::AttentionBackwardQueries(spec)
+            | Kernel::AttentionBackwardKeys(spec) => {
+                let (name, positions, bindings) = match launch.kernel {
+                    Kernel::Attention(_) => ("cistern_attention", spec.queries, 5),
+                    Kernel::AttentionBackwardQueries(_) => {
+                        ("cistern_attention_backward_queries", spec.queries, 6)
+                    }
+                    _ => ("cistern_attention_backward_keys", spec.keys, 6),
+                };
+                let mut args = (0..bindings).map(p).collect::<Result<Vec<_>, _>>()?;
+                args.extend([
+                    Arg::U64(spec.batch),
+                    Arg::U64(spec.heads),
+                    Arg::U64(spec.queries),
+                    Arg::U64(spec.keys),
+                    Arg::U64(spec.head_dim),
+                    Arg::U64(u64::from(spec.causal)),
+                    Arg::F32(spec.scale),
+                ]);
+                let rows = spec
+                    .batch
+                    .saturating_mul(spec.heads)
+                    .saturating_mul(positions);
+                self.stride(name, rows, &args)
+            }
             Kernel::MaxDim(spec) | Kernel::MaxDimBackward(spec) => {
                 let (name, n) = match launch.kernel {
                     Kernel::MaxDim(_) => ("cistern_max_dim", spec.outputs()),

@@ -6,8 +6,8 @@
 //! before anything runs, and the device stays healthy.
 
 use cistern_kernels::{
-    Activation, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GatherSpec, LayerNormSpec,
-    MapOp, MaxDimSpec, Reduction, SumSpec,
+    Activation, AttentionSpec, BroadcastSpec, ClassInput, ClassLossSpec, EmbeddingSpec, GatherSpec,
+    LayerNormSpec, MapOp, MaxDimSpec, Reduction, SumSpec,
 };
 use cistern_optim::{LambConfig, OptimizerConfig};
 
@@ -75,6 +75,9 @@ const BATCH_GATHER: Entry = entry(Module::Reduce, "batch_gather", 5);
 const BATCH_GATHER_ADVANCE: Entry = entry(Module::Reduce, "batch_gather_advance", 1);
 const MAX_DIM: Entry = entry(Module::Reduce, "max_dim", 3);
 const MAX_DIM_BACKWARD: Entry = entry(Module::Reduce, "max_dim_backward", 3);
+const ATTENTION: Entry = entry(Module::Reduce, "attention", 5);
+const ATTENTION_BACKWARD_QUERIES: Entry = entry(Module::Reduce, "attention_backward_queries", 6);
+const ATTENTION_BACKWARD_KEYS: Entry = entry(Module::Reduce, "attention_backward_keys", 6);
 const BROADCAST_BINARY: Entry = Entry {
     table: true,
     ..entry(Module::Strided, "broadcast_binary", 3)
@@ -333,6 +336,24 @@ impl GpuContext {
                 self.max_dim(MAX_DIM_BACKWARD, spec, &slices, items)
                     .map_err(refused)
             }
+            Kernel::Attention(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?, b(3)?, b(4)?];
+                let rows = spec.queries;
+                self.attention(ATTENTION, spec, &slices, rows)
+                    .map_err(refused)
+            }
+            Kernel::AttentionBackwardQueries(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?, b(3)?, b(4)?, b(5)?];
+                let rows = spec.queries;
+                self.attention(ATTENTION_BACKWARD_QUERIES, spec, &slices, rows)
+                    .map_err(refused)
+            }
+            Kernel::AttentionBackwardKeys(spec) => {
+                let slices = [b(0)?, b(1)?, b(2)?, b(3)?, b(4)?, b(5)?];
+                let rows = spec.keys;
+                self.attention(ATTENTION_BACKWARD_KEYS, spec, &slices, rows)
+                    .map_err(refused)
+            }
         }
     }
 
@@ -454,6 +475,37 @@ impl GpuContext {
         params.u[9] = u32_of(spec.dim)?;
         params.u[10] = u32_of(spec.inner)?;
         let dispatch = self.dispatch(entry, windows, None, params, items)?;
+        Ok(Plan::Dispatches(vec![dispatch]))
+    }
+
+    /// An attention kernel (`attention.wgsl`): one invocation per row of
+    /// `positions` (the queries or the keys) of every sequence and head.
+    fn attention(
+        &self,
+        entry: Entry,
+        spec: &AttentionSpec,
+        slices: &[&GpuSlice],
+        positions: u64,
+    ) -> Result<Plan<'static>, ServerError> {
+        for elements in [spec.query_elements(), spec.key_elements(), spec.weights()] {
+            u32_of(elements.unwrap_or(u64::MAX))?;
+        }
+        let windows = slices
+            .iter()
+            .map(|slice| self.window(slice))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut params = Params::new(0, &[spec.scale]);
+        params.u[8] = u32_of(spec.batch)?;
+        params.u[9] = u32_of(spec.heads)?;
+        params.u[10] = u32_of(spec.queries)?;
+        params.u[11] = u32_of(spec.keys)?;
+        params.u[12] = u32_of(spec.head_dim)?;
+        params.u[13] = u32::from(spec.causal);
+        let rows = spec
+            .batch
+            .saturating_mul(spec.heads)
+            .saturating_mul(positions);
+        let dispatch = self.dispatch(entry, windows, None, params, rows)?;
         Ok(Plan::Dispatches(vec![dispatch]))
     }
 
