@@ -5,8 +5,12 @@
 //! forward keeps the attention weights (`[batch, heads, queries, keys]`)
 //! for the backward, which runs in two kernels: one per query row (the
 //! scores' and the queries' gradients), one per key row (the keys' and the
-//! values'). Each row is one unit of work, summed in order, so a result
-//! does not depend on the thread count; the GPU bodies do the same.
+//! values'). Every element is summed in one fixed order (the dot products
+//! over the head's elements, the weighted rows over the keys or queries),
+//! the same in the CPU's general loops, its small-head loops (`small.rs`)
+//! and the GPU bodies, so a result does not depend on the thread count;
+//! the CPU's exponential differs from the GPUs' in the last bits. The CPU
+//! splits the work by sequence.
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
