@@ -7,7 +7,7 @@
 use crate::{Activation, GemmSpec};
 
 /// The widest `m` and `n` taken: one row of `C` per 16-lane register.
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// The deepest `k` taken: both packed operands stay in the L1 cache.
 const MAX_K: usize = 64;
@@ -92,48 +92,71 @@ impl Packed {
         }
     }
 
-    /// `c ← op(A)·op(B)`: [`ROWS`] rows at a time, then the rest one by
-    /// one, each summed over `k` in order (so the result does not depend on
-    /// the thread count).
+    /// `c ← op(A)·op(B)` ([`row_products`]).
     #[inline(always)]
     fn product(&self, spec: &GemmSpec, c: &mut [f32]) {
         let GemmSpec { m, n, k, .. } = *spec;
-        let (a, b) = (&self.a[..k], &self.b[..k]);
-        let mut first = 0;
-        while first + ROWS <= m {
-            let mut sums = [[0.0f32; LANES]; ROWS];
-            for (a, b) in a.iter().zip(b) {
-                let (s0, rest) = sums.split_at_mut(1);
-                let (s1, rest) = rest.split_at_mut(1);
-                let (s2, s3) = rest.split_at_mut(1);
-                let rows = [a[first], a[first + 1], a[first + 2], a[first + 3]];
-                for ((((s0, s1), s2), s3), &b) in (s0[0]
-                    .iter_mut()
-                    .zip(&mut s1[0])
-                    .zip(&mut s2[0])
-                    .zip(&mut s3[0]))
-                .zip(b)
-                {
-                    *s0 += rows[0] * b;
-                    *s1 += rows[1] * b;
-                    *s2 += rows[2] * b;
-                    *s3 += rows[3] * b;
-                }
+        row_products(
+            m,
+            &self.b[..k],
+            |i, p| self.a[p][i],
+            |i, sum| {
+                c[i * n..(i + 1) * n].copy_from_slice(&sum[..n]);
+            },
+        );
+    }
+}
+
+/// `emit(i, Σ_t w(i, t)·rows[t])` for every `i < count`, each element
+/// summed over `t` in order (so the result does not depend on the thread
+/// count): [`ROWS`] rows at a time, their sums in registers, then the rest
+/// one by one. Shared with attention's small heads.
+#[inline(always)]
+pub(crate) fn row_products(
+    count: usize,
+    rows: &[[f32; LANES]],
+    w: impl Fn(usize, usize) -> f32,
+    mut emit: impl FnMut(usize, &[f32; LANES]),
+) {
+    let mut first = 0;
+    while first + ROWS <= count {
+        let mut sums = [[0.0f32; LANES]; ROWS];
+        for (t, row) in rows.iter().enumerate() {
+            let (s0, rest) = sums.split_at_mut(1);
+            let (s1, rest) = rest.split_at_mut(1);
+            let (s2, s3) = rest.split_at_mut(1);
+            let weights = [
+                w(first, t),
+                w(first + 1, t),
+                w(first + 2, t),
+                w(first + 3, t),
+            ];
+            for ((((s0, s1), s2), s3), &r) in (s0[0]
+                .iter_mut()
+                .zip(&mut s1[0])
+                .zip(&mut s2[0])
+                .zip(&mut s3[0]))
+            .zip(row)
+            {
+                *s0 += weights[0] * r;
+                *s1 += weights[1] * r;
+                *s2 += weights[2] * r;
+                *s3 += weights[3] * r;
             }
-            for (row, sum) in sums.iter().enumerate() {
-                let at = (first + row) * n;
-                c[at..at + n].copy_from_slice(&sum[..n]);
-            }
-            first += ROWS;
         }
-        for row in first..m {
-            let mut sum = [0.0f32; LANES];
-            for (a, b) in a.iter().zip(b) {
-                for (sum, &b) in sum.iter_mut().zip(b) {
-                    *sum += a[row] * b;
-                }
-            }
-            c[row * n..(row + 1) * n].copy_from_slice(&sum[..n]);
+        for (row, sum) in sums.iter().enumerate() {
+            emit(first + row, sum);
         }
+        first += ROWS;
+    }
+    for i in first..count {
+        let mut sum = [0.0f32; LANES];
+        for (t, row) in rows.iter().enumerate() {
+            let weight = w(i, t);
+            for (sum, &r) in sum.iter_mut().zip(row) {
+                *sum += weight * r;
+            }
+        }
+        emit(i, &sum);
     }
 }

@@ -83,7 +83,11 @@ impl DeviceParamStore {
             word,
         ));
         let step = prepared.step.clone().with_found_inf(word);
-        let token = self.send_step(step, prepared.before.clone(), prepared.requires.clone())?;
+        let (before, requires) = (
+            std::mem::take(&mut prepared.before),
+            std::mem::take(&mut prepared.requires),
+        );
+        let token = self.send_step(step, before, requires)?;
         self.commit(token, &prepared, prepared.steps + 1);
         let skipped = self.read_flag_of_queued_step(&flag)?;
         if skipped {
@@ -287,7 +291,7 @@ impl DeviceParamStore {
             at(TRACKER),
             at(SKIPPED),
         ));
-        let requires = prepared.requires.clone();
+        let requires = std::mem::take(&mut prepared.requires);
         let sent = self
             .client
             .launch_batch_requiring(self.stream.id, launches, requires);

@@ -79,14 +79,15 @@ impl DeviceParamStore {
     /// Queues a prepared step; the token of its launch (see [`run_step`](Self::run_step)).
     pub(super) fn run_prepared(
         &mut self,
-        prepared: PreparedStep,
+        mut prepared: PreparedStep,
     ) -> Result<FailureToken, BackendError> {
         refuse_device_count(&prepared)?;
         let lamb = matches!(prepared.step.args.config, OptimizerConfig::Lamb(_));
+        // Moved out: what is committed below needs neither.
         let sent = self.send_step(
             prepared.step.clone(),
-            prepared.before.clone(),
-            prepared.requires.clone(),
+            std::mem::take(&mut prepared.before),
+            std::mem::take(&mut prepared.requires),
         );
         let token = sent?;
         self.commit(token.clone(), &prepared, prepared.steps + 1);

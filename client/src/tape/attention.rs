@@ -144,7 +144,7 @@ impl Tape {
         let ([b, l, e], [kb, s, ke]) = (&q.shape[..], &k.shape[..]) else {
             return refuse("q and k must be [batch, positions, embedding]".into());
         };
-        if [*kb, *s, *ke] != [*b, *s, *e] || v.shape != k.shape {
+        if (kb, ke) != (b, e) || v.shape != k.shape {
             return refuse("k and v must share q's batch and embedding, and one shape".into());
         }
         if heads == 0 || e % heads != 0 {

@@ -314,7 +314,7 @@ struct Transposed {
 
 impl Transposed {
     fn new(dims: &Dims) -> Transposed {
-        let width = dims.keys.next_multiple_of(16);
+        let width = dims.keys.next_multiple_of(LANES);
         Transposed {
             width,
             values: vec![0.0; width * dims.head_dim],

@@ -8,9 +8,7 @@
 
 use super::Dims;
 use crate::classify::exp;
-
-/// Lanes of a packed row: the most queries, keys and head elements taken.
-pub(super) const LANES: usize = 16;
+use crate::small_products::{LANES, row_products};
 
 type Row = [f32; LANES];
 type Block = [Row; LANES];
@@ -61,13 +59,9 @@ fn copy(to: &mut [f32], from: &[f32]) {
     }
 }
 
-/// Rows of a product summed together: independent sums, so the additions
-/// of one row do not wait for each other.
-const TOGETHER: usize = 4;
-
 /// `out[i] = Σ_t w(i, t)·rows[t]` for the first `count` rows of `out`,
-/// over the first `terms` rows, each element summed in order of `t`;
-/// [`TOGETHER`] rows at a time, then the rest one by one.
+/// over the first `terms` rows (the batched products' register-blocked
+/// sums, `small_products::row_products`).
 #[inline(always)]
 fn products(
     out: &mut Block,
@@ -76,46 +70,7 @@ fn products(
     rows: &Block,
     terms: usize,
 ) {
-    let rows = &rows[..terms];
-    let mut first = 0;
-    while first + TOGETHER <= count {
-        let mut sums = [[0.0f32; LANES]; TOGETHER];
-        for (t, row) in rows.iter().enumerate() {
-            let (s0, rest) = sums.split_at_mut(1);
-            let (s1, rest) = rest.split_at_mut(1);
-            let (s2, s3) = rest.split_at_mut(1);
-            let weights = [
-                w(first, t),
-                w(first + 1, t),
-                w(first + 2, t),
-                w(first + 3, t),
-            ];
-            for ((((s0, s1), s2), s3), &r) in (s0[0]
-                .iter_mut()
-                .zip(&mut s1[0])
-                .zip(&mut s2[0])
-                .zip(&mut s3[0]))
-            .zip(row)
-            {
-                *s0 += weights[0] * r;
-                *s1 += weights[1] * r;
-                *s2 += weights[2] * r;
-                *s3 += weights[3] * r;
-            }
-        }
-        out[first..first + TOGETHER].copy_from_slice(&sums);
-        first += TOGETHER;
-    }
-    for (i, out) in out.iter_mut().enumerate().take(count).skip(first) {
-        let mut sums = [0.0f32; LANES];
-        for (t, row) in rows.iter().enumerate() {
-            let weight = w(i, t);
-            for (sum, &r) in sums.iter_mut().zip(row) {
-                *sum += weight * r;
-            }
-        }
-        *out = sums;
-    }
+    row_products(count, &rows[..terms], w, |i, sum| out[i] = *sum);
 }
 
 /// One sequence's forward (see [`super::attention`]). The scores are
