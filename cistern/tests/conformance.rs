@@ -142,6 +142,7 @@ conformance_tests! {
     layers::batched_matmul_on_the_tape_matches_finite_differences,
     layers::every_registered_parameter_in_any_operation_gets_its_gradient_staged,
     layers::dropout_masks_match_the_cpu_bit_for_bit_and_backward_reuses_them,
+    layers::a_counted_dropout_draws_the_mask_of_the_step_its_counter_holds,
     layers::attention_on_the_tape_matches_finite_differences,
     layers::fused_multi_head_attention_matches_finite_differences,
     layers::fused_attention_over_many_rows_matches_the_composed_one,

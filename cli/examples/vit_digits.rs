@@ -2,15 +2,17 @@
 //! through a `DeviceParamStore` with AdamW (issue 44); the model is
 //! `cistern_cli::vit`, which `cistern train --model vit` trains too.
 //! `cargo run --release -p cistern-cli --example vit_digits --
-//! [--epochs N] [--device cpu:0|wgpu:0]`.
+//! [--epochs N] [--device cpu:0|wgpu:0] [--no-graph]`: a batch size's
+//! second step is recorded as a graph and later ones replay it
+//! (`--no-graph`: every step recorded on the tape, to compare).
 
 use std::time::Instant;
 
 use cistern::client::{ComputeClient, CrossEntropyOptions, DeviceParamStore, Tape, Tensor, Var};
 use cistern::memory::SplitMix64;
-use cistern::optim::AdamWConfig;
+use cistern::optim::{AdamWConfig, OptimizerConfig};
 use cistern::runtime::{Device, DeviceOptions};
-use cistern_cli::vit::{self, CLASSES, Dropout, PIXELS, ROWS, forward, zeros};
+use cistern_cli::vit::{self, CLASSES, Dropout, PIXELS, ROWS, VitSteps, forward, zeros};
 
 const BATCH: usize = 64;
 
@@ -86,8 +88,12 @@ fn parse_device(name: &str) -> Result<Device, Error> {
 
 fn main() -> Result<(), Error> {
     let mut args = std::env::args().skip(1);
-    let (mut epochs, mut device) = (60usize, Device::Cpu(0));
+    let (mut epochs, mut device, mut graph) = (60usize, Device::Cpu(0), true);
     while let Some(arg) = args.next() {
+        if arg == "--no-graph" {
+            graph = false;
+            continue;
+        }
         match (arg.as_str(), args.next()) {
             ("--epochs", Some(n)) => epochs = n.parse()?,
             ("--device", Some(name)) => device = parse_device(&name)?,
@@ -101,11 +107,11 @@ fn main() -> Result<(), Error> {
     let count: usize = params.iter().map(Tensor::len).sum();
     let refs: Vec<&Tensor<f32>> = params.iter().collect();
     let mut store = DeviceParamStore::new(&Tape::new(&client), &refs)?;
-    let config = AdamWConfig {
+    let config = OptimizerConfig::AdamW(AdamWConfig {
         lr: 1e-3,
         weight_decay: 0.05,
         ..Default::default()
-    };
+    });
     println!(
         "vit on digits: {} train / {} validation images, {count} parameters, {device}",
         data.train.1.len(),
@@ -113,12 +119,10 @@ fn main() -> Result<(), Error> {
     );
     let (images, labels) = &data.train;
     let n = labels.len();
-    let mut seed = 0u64;
-    // One tape for every step, on the store's stream: `reset` keeps its
-    // buffers for the next, and the steps need no waits between streams.
-    let mut tape = Tape::on_stream(&client, store.stream());
+    let mut steps_of = VitSteps::new(&client, &mut store, 1 << 20, graph)?;
+    let options = CrossEntropyOptions::default();
     let started = Instant::now();
-    let (mut steps, mut launches, mut evaluating) = (0usize, 0usize, 0.0);
+    let (mut steps, mut evaluating) = (0usize, 0.0);
     for epoch in 1..=epochs {
         let mut order: Vec<usize> = (0..n).collect();
         for i in (1..n).rev() {
@@ -132,21 +136,7 @@ fn main() -> Result<(), Error> {
                 x.extend_from_slice(&images[i * ROWS * PIXELS..(i + 1) * ROWS * PIXELS]);
                 y.push(labels[i] as i64);
             }
-            tape.reset()?;
-            let tape = &tape;
-            let leaves = store.register_resident_params(tape)?;
-            let p: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
-            let input = tape.upload(&Tensor::new([batch.len(), ROWS, PIXELS], x)?)?;
-            let zeros = tape.upload(&zeros(batch.len())?)?;
-            seed += 1 << 20;
-            let mut dropout = Dropout::training(seed);
-            let logits = forward(tape, &p, &input, &zeros, &mut dropout)?;
-            let targets = tape.class_targets(&y)?;
-            let loss = tape.cross_entropy(&logits, &targets, &CrossEntropyOptions::default())?;
-            let gradients = store.backward(tape, &loss)?;
-            store.step_adamw(&gradients, &config)?;
-            total += f64::from(loss.item()?);
-            launches = tape.launches().len();
+            total += f64::from(steps_of.step(&mut store, &x, &y, &options, &config)?);
             steps += 1;
         }
         let batches = n.div_ceil(BATCH) as f64;
@@ -163,8 +153,14 @@ fn main() -> Result<(), Error> {
     }
     let seconds = started.elapsed().as_secs_f64() - evaluating;
     println!(
-        "{steps} steps in {seconds:.1} s ({:.1} ms a step, batch {BATCH}, {launches} kernel launches a step)",
-        1000.0 * seconds / steps.max(1) as f64
+        "{steps} steps in {seconds:.1} s ({:.1} ms a step, batch {BATCH}, {} kernel launches a step, {})",
+        1000.0 * seconds / steps.max(1) as f64,
+        steps_of.launches(),
+        if graph {
+            "replayed as one graph"
+        } else {
+            "recorded on the tape"
+        }
     );
     Ok(())
 }

@@ -8,8 +8,12 @@
 //! The class token is a learned `[1, 1, 64]` parameter broadcast over the
 //! batch and put first (`cat`); the head reads it back with `narrow`.
 
-use cistern_client::{AutodiffError, ShapeError, Tape, Tensor, Var, WeightLayout};
+use cistern_client::{
+    AutodiffError, BatchInput, Buffer, ComputeClient, CrossEntropyOptions, DeviceParamStore,
+    GraphInput, ShapeError, StepGraph, Tape, Tensor, Var, WeightLayout,
+};
 use cistern_memory::SplitMix64;
+use cistern_optim::OptimizerConfig;
 use cistern_runtime::Activation;
 
 /// Rows of an image: its patch tokens.
@@ -67,17 +71,21 @@ pub fn parameters(rng: &mut SplitMix64) -> Result<Vec<Tensor<f32>>, ShapeError> 
 }
 
 /// Where each dropout's seed comes from: a fresh one per call while
-/// training; none (no dropout) when evaluating.
+/// training, at the step a store's counter holds; none (no dropout) when
+/// evaluating.
 #[derive(Debug)]
 pub struct Dropout {
-    seed: Option<u64>,
+    seed: Option<(u64, Buffer)>,
 }
 
 impl Dropout {
-    /// Dropout on, its seeds counting up from `seed` (use a new range per
-    /// step: a forward takes 4).
-    pub fn training(seed: u64) -> Self {
-        Dropout { seed: Some(seed) }
+    /// Dropout on, its seeds counting up from `seed` (a forward takes 4),
+    /// each at the step `counter` (a store's `step_counter`) holds when
+    /// the kernel runs: every step draws new masks, replayed or not.
+    pub fn training(seed: u64, counter: &Buffer) -> Self {
+        Dropout {
+            seed: Some((seed, counter.clone())),
+        }
     }
 
     /// Dropout off.
@@ -87,12 +95,130 @@ impl Dropout {
 
     fn apply<'t>(&mut self, tape: &'t Tape, x: &Var<'t>) -> Result<Var<'t>, AutodiffError> {
         match &mut self.seed {
-            Some(seed) => {
+            Some((seed, counter)) => {
                 *seed += 1;
-                tape.dropout(x, DROPOUT, *seed)
+                tape.dropout_counted(x, DROPOUT, *seed, counter)
             }
             None => Ok(*x),
         }
+    }
+}
+
+/// The training steps of the model on its store. A batch size's second
+/// step with one config is recorded as a graph (`capture_step`) and later
+/// ones replay it; the other steps are recorded on a tape (reset for each,
+/// keeping its buffers) and stepped through the store. Dropout's masks
+/// follow the store's step counter, so a replayed step draws the masks the
+/// same step on a tape would.
+#[derive(Debug)]
+pub struct VitSteps {
+    client: ComputeClient,
+    counter: Buffer,
+    seed: u64,
+    replay: bool,
+    tape: Option<Box<Tape>>,
+    /// A recorded step per batch size.
+    graphs: Vec<(usize, StepGraph)>,
+    /// The config of the latest tape step, per batch size.
+    stepped: Vec<(usize, OptimizerConfig)>,
+    launches: usize,
+}
+
+impl VitSteps {
+    /// Steps of `store`'s model, dropout seeded from `seed`; `replay`
+    /// false records every step on the tape (to compare against).
+    pub fn new(
+        client: &ComputeClient,
+        store: &mut DeviceParamStore,
+        seed: u64,
+        replay: bool,
+    ) -> Result<Self, AutodiffError> {
+        Ok(VitSteps {
+            client: client.clone(),
+            counter: store.step_counter()?,
+            seed,
+            replay,
+            tape: None,
+            graphs: Vec::new(),
+            stepped: Vec::new(),
+            launches: 0,
+        })
+    }
+
+    /// The kernel launches of the latest step.
+    pub fn launches(&self) -> usize {
+        self.launches
+    }
+
+    /// One step on `images` (`[b, 8, 8]` row-major) and `labels`; the
+    /// batch's loss before the update.
+    pub fn step(
+        &mut self,
+        store: &mut DeviceParamStore,
+        images: &[f32],
+        labels: &[i64],
+        options: &CrossEntropyOptions,
+        config: &OptimizerConfig,
+    ) -> Result<f32, AutodiffError> {
+        let rows = labels.len();
+        self.graphs.retain(|(_, graph)| graph.config() == config);
+        if let Some((_, graph)) = self.graphs.iter().find(|(r, _)| *r == rows) {
+            let batch = [BatchInput::Values(images), BatchInput::Classes(labels)];
+            let loss = store.replay_step(graph, &batch)?;
+            self.launches = graph.launches();
+            return Ok(store.read_train_step_loss(&loss)?);
+        }
+        let capture = self.replay
+            && !matches!(config, OptimizerConfig::Lamb(_))
+            && self
+                .stepped
+                .iter()
+                .any(|(r, stepped)| *r == rows && stepped == config);
+        let reused = self
+            .tape
+            .take()
+            .and_then(|mut tape| tape.reset().ok().map(|()| tape));
+        let tape =
+            reused.unwrap_or_else(|| Box::new(Tape::on_stream(&self.client, store.stream())));
+        let (loss, graph) = self.record(&tape, store, images, labels, options, config, capture)?;
+        self.launches = tape.launches().len();
+        self.tape = Some(tape);
+        self.stepped.retain(|(r, _)| *r != rows);
+        self.stepped.push((rows, config.clone()));
+        self.graphs.extend(graph.map(|graph| (rows, graph)));
+        Ok(loss)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &self,
+        tape: &Tape,
+        store: &mut DeviceParamStore,
+        images: &[f32],
+        labels: &[i64],
+        options: &CrossEntropyOptions,
+        config: &OptimizerConfig,
+        capture: bool,
+    ) -> Result<(f32, Option<StepGraph>), AutodiffError> {
+        let b = labels.len();
+        let leaves = store.register_resident_params(tape)?;
+        let params: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
+        let x = tape.upload(&Tensor::new([b, ROWS, PIXELS], images.to_vec())?)?;
+        let zeros = tape.upload(&zeros(b)?)?;
+        let mut dropout = Dropout::training(self.seed, &self.counter);
+        let logits = forward(tape, &params, &x, &zeros, &mut dropout)?;
+        let targets = tape.class_targets(labels)?;
+        let loss = tape.cross_entropy(&logits, &targets, options)?;
+        let gradients = store.backward(tape, &loss)?;
+        let graph = if capture {
+            let inputs = [GraphInput::Values(&x), GraphInput::Classes(&targets)];
+            Some(store.capture_step(tape, &gradients, config, &loss, &inputs)?)
+        } else {
+            // The family's own step, from the gradients just staged.
+            store.step_staged(config)?;
+            None
+        };
+        Ok((loss.item()?, graph))
     }
 }
 

@@ -26,13 +26,13 @@ pub use error::{AutodiffError, BackendError};
 pub use report::{ErrorReport, ReportedError};
 pub use shape::ShapeError;
 pub use store::{
-    CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_VERSION, CheckpointContents, CheckpointDir,
-    CheckpointError, ResumePoint, read_checkpoint, write_checkpoint,
+    BatchInput, ChainLayer, ChainLoss, DatasetLoss, DatasetTargets, DeviceAmpCheckpoint,
+    DeviceAmpState, DeviceParamStore, GraphInput, OptimizerCheckpoint, ResidentDataset,
+    ResidentInput, ResidentLeaf, StepGraph, StoreCheckpoint, TrainStepLoss, argmax_rows,
 };
 pub use store::{
-    ChainLayer, ChainLoss, DatasetLoss, DatasetTargets, DeviceAmpCheckpoint, DeviceAmpState,
-    DeviceParamStore, OptimizerCheckpoint, ResidentDataset, ResidentInput, ResidentLeaf,
-    StoreCheckpoint, TrainStepLoss, argmax_rows,
+    CHECKPOINT_FORMAT, CHECKPOINT_FORMAT_VERSION, CheckpointContents, CheckpointDir,
+    CheckpointError, ResumePoint, read_checkpoint, write_checkpoint,
 };
 pub use tape::{
     BceWithLogitsOptions, ClassTargets, CrossEntropyOptions, DimIndices, Gradient, Gradients,

@@ -23,4 +23,5 @@ mod store {
     mod retiring;
     mod sgd;
     mod staged;
+    mod step_graph;
 }

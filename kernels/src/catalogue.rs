@@ -151,6 +151,8 @@ catalogue! {
     AttentionBackwardQueries => "attention_backward_queries",
     /// [`crate::attention_backward_keys`]: the keys' and values' gradients.
     AttentionBackwardKeys => "attention_backward_keys",
+    /// [`crate::dropout::dropout_counted`]: dropout at the step a device word holds.
+    DropoutCounted => "dropout_counted",
 }
 
 #[cfg(test)]

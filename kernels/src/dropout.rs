@@ -56,6 +56,15 @@ impl DropoutSpec {
         Ok(())
     }
 
+    /// The spec at step `step`: the seed plus `step << 32`, the mask a
+    /// counted dropout draws when its counter holds `step`.
+    pub fn at_step(&self, step: u32) -> DropoutSpec {
+        DropoutSpec {
+            seed: self.seed.wrapping_add(u64::from(step) << 32),
+            ..*self
+        }
+    }
+
     /// Whether element `i` is kept.
     pub fn keeps(&self, i: u32) -> bool {
         (hash(self.seed, i) >> 8) >= self.threshold
@@ -95,6 +104,18 @@ pub fn dropout(spec: &DropoutSpec, x: &[f32], out: &mut [f32]) -> Result<(), Ker
     Ok(())
 }
 
+/// [`dropout`] under [`DropoutSpec::at_step`] of the step `counter` holds
+/// (one `u32` in an `f32` word, as a store's step counter keeps it).
+pub fn dropout_counted(
+    spec: &DropoutSpec,
+    x: &[f32],
+    counter: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    KernelError::check_len("counter", 1, counter.len())?;
+    dropout(&spec.at_step(counter[0].to_bits()), x, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +137,21 @@ mod tests {
             .filter(|&i| spec.keeps(i) != other.keeps(i))
             .count();
         assert!(differ > 200, "{differ}");
+    }
+
+    #[test]
+    fn a_counted_dropout_draws_the_mask_of_its_step() {
+        let spec = DropoutSpec::new(0.5, 0x1234_5678_9abc).unwrap();
+        let x: Vec<f32> = (0..4096).map(|i| i as f32).collect();
+        let (mut counted, mut plain) = (vec![0.0; x.len()], vec![0.0; x.len()]);
+        let counter = [f32::from_bits(7)];
+        dropout_counted(&spec, &x, &counter, &mut counted).unwrap();
+        let at_seven = DropoutSpec::new(0.5, 0x1234_5678_9abc + (7 << 32)).unwrap();
+        dropout(&at_seven, &x, &mut plain).unwrap();
+        assert_eq!(counted, plain);
+        dropout(&spec, &x, &mut plain).unwrap();
+        assert_ne!(counted, plain, "step 7's mask is not step 0's");
+        assert!(dropout_counted(&spec, &x, &[], &mut counted).is_err());
     }
 
     #[test]

@@ -385,6 +385,57 @@ pub fn dropout_masks_match_the_cpu_bit_for_bit_and_backward_reuses_them(device: 
     }
 }
 
+/// A counted dropout reads its step from a device word when it runs: on
+/// every device its mask is the CPU's at that step, in forward and
+/// backward, and a new count gives a new mask.
+pub fn a_counted_dropout_draws_the_mask_of_the_step_its_counter_holds(device: Device) {
+    let client = open(device);
+    let mut rng = SplitMix64::new(4404);
+    let (n, p, seed) = (5_003, 0.25f32, 0x0bad_cafe_u64);
+    let x = values(&mut rng, n);
+    let counter = ok(client.upload(&7u32.to_ne_bytes()), "the counter");
+    let spec = cistern::kernels::DropoutSpec::new(p, seed).expect("a probability");
+    let at = |step: u32| {
+        let mut want = vec![0.0; n];
+        cistern::kernels::dropout::dropout(&spec.at_step(step), &x, &mut want).expect("cpu");
+        want
+    };
+    let tape = Tape::new(&client);
+    let vx = ok(tape.var(&ok(Tensor::new([n], x.clone()), "x")), "x");
+    let y = ok(
+        tape.dropout_counted(&vx, p, seed, &counter),
+        "dropout_counted",
+    );
+    assert_eq!(
+        ok(y.to_host(), "y").data(),
+        at(7).as_slice(),
+        "{device}: step 7"
+    );
+    let gradients = ok(tape.backward(&ok(tape.sum(&y), "sum")), "backward");
+    let grad = ok(gradients.to_host(&vx), "grad").expect("reached");
+    for (i, &g) in grad.data().iter().enumerate() {
+        let kept = spec.at_step(7).keeps(i as u32);
+        assert_eq!(
+            g,
+            if kept { spec.scale } else { 0.0 },
+            "{device}: gradient {i}"
+        );
+    }
+    ok(client.write(&counter, 0, &8u32.to_ne_bytes()), "step 8");
+    let again = ok(
+        tape.dropout_counted(&vx, p, seed, &counter),
+        "step 8's dropout",
+    );
+    let got = ok(again.to_host(), "again");
+    assert_eq!(got.data(), at(8).as_slice(), "{device}: step 8");
+    assert_ne!(at(7), at(8), "two steps draw two masks");
+    let wide = ok(client.upload(&[0u8; 8]), "two words");
+    assert!(
+        tape.dropout_counted(&vx, p, seed, &wide).is_err(),
+        "{device}: a counter of two words is refused"
+    );
+}
+
 /// `softmax(q·kᵀ/√d + mask)·v` in f64 over batches of `l×d`, `s×d`, `s×dv`,
 /// with an additive mask of `l×s` shared by every batch.
 fn attention_reference(

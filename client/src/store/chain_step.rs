@@ -14,7 +14,7 @@ use super::dataset::{DatasetLoss, ResidentDataset};
 use super::device_check::Backoff;
 use super::state::OptimizerRun;
 use super::store::DeviceParamStore;
-use crate::compute::{Buffer, Graph, bytes_f32, f32_bytes};
+use crate::compute::{Buffer, bytes_f32, f32_bytes};
 use crate::error::BackendError;
 use crate::shape::ShapeError;
 use crate::tape::{CrossEntropyOptions, Tensor, WeightLayout};
@@ -83,6 +83,15 @@ impl Feed<'_> {
 }
 
 impl TrainStepLoss {
+    /// The loss of step `serial` of store `store`, read from the device.
+    pub(super) fn on_device(store: u64, serial: u64) -> Self {
+        TrainStepLoss {
+            store,
+            serial,
+            host: None,
+        }
+    }
+
     /// The step serial it belongs to.
     pub fn serial(&self) -> u64 {
         self.serial
@@ -204,9 +213,10 @@ impl DeviceParamStore {
         if let Some(value) = loss.host {
             return Ok(value);
         }
-        let buffer = match self.state.chain_run() {
-            Some(run) => &run.loss,
-            None => return Err(BackendError::InvalidArgument("no train step ran".into())),
+        let buffer = match (self.state.graph_loss(latest), self.state.chain_run()) {
+            (Some(loss), _) => loss,
+            (None, Some(run)) => &run.loss,
+            (None, None) => return Err(BackendError::InvalidArgument("no train step ran".into())),
         };
         let read = self.client.read_on(self.stream.id, buffer, 0, 4);
         let bytes = self.after_wait(read)?;
@@ -375,7 +385,7 @@ impl DeviceParamStore {
                 // SGD's kernel differs only at step 1: a step ≥ 2 recorded once
                 // replays every later one.
                 if run.warmed && steps >= 1 {
-                    match self.record(&launches) {
+                    match self.record_graph(&launches) {
                         Ok(graph) => {
                             run.graph = Some((graph.clone(), config.clone(), key));
                             self.client.replay_tracked(stream, &graph)
@@ -390,12 +400,6 @@ impl DeviceParamStore {
         };
         self.state.keep_chain_run(run);
         sent.map_err(|error| self.state.fail(BackendError::from(error)))
-    }
-
-    fn record(&self, launches: &[KernelLaunch]) -> Result<Graph, cistern_runtime::ServerError> {
-        let (token, guard) = self.client.begin_capture(self.stream.id)?;
-        token.launch_batch(launches.to_vec())?;
-        self.client.end_capture(guard)
     }
 
     /// The forward, loss and backward launches of one step over `run`.

@@ -31,6 +31,7 @@ mod forward;
 mod readers;
 mod staged;
 mod step;
+mod step_graph;
 
 pub use amp::DeviceAmpState;
 pub use chain::{ChainLayer, ResidentInput, argmax_rows};
@@ -43,4 +44,5 @@ pub use checkpoint_file::{
 };
 pub use dataset::{DatasetLoss, DatasetTargets, ResidentDataset};
 pub use forward::ResidentLeaf;
+pub use step_graph::{BatchInput, GraphInput, StepGraph};
 pub use store::DeviceParamStore;

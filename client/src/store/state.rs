@@ -45,6 +45,12 @@ pub(super) struct StepState {
     amp_words: Option<Buffer>,
     /// The device chain's workspace and recorded step (`chain_step.rs`).
     chain_run: Option<ChainRun>,
+    /// The step counter's words (`step_graph.rs`), reserved on first use,
+    /// and the count they hold once the queued work ran, when known.
+    step_words: Option<Buffer>,
+    counter_holds: Option<u64>,
+    /// A replayed step's loss buffer, with its loss serial.
+    graph_loss: Option<(u64, Buffer)>,
     /// The queued work whose outcome is unseen, with what each item changed.
     work: WorkList<Effect>,
     /// The device failure that latched the store: set once by
@@ -305,8 +311,8 @@ impl StepState {
         self.work.push(token, Effect::Step(Box::new(before)));
     }
 
-    /// [`commit_step`](Self::commit_step) for a device-chain train step,
-    /// which also takes a new loss serial; that serial.
+    /// [`commit_step`](Self::commit_step) for a device-chain train step or
+    /// a replayed step graph, which also takes a new loss serial; that serial.
     pub(super) fn commit_chain_step(&mut self, token: FailureToken, run: OptimizerRun) -> u64 {
         let before = self.replace_for_step(run);
         let effect = Effect::ChainStep {
@@ -410,8 +416,46 @@ impl StepState {
         }
     }
 
-    /// The phase and optimizer run before a step, replaced by `Idle` and `run`.
+    /// The step counter's words, once reserved.
+    pub(super) fn step_words(&self) -> Option<&Buffer> {
+        self.step_words.as_ref()
+    }
+
+    /// Keeps the step counter's words, reserved by their first use.
+    pub(super) fn keep_step_words(&mut self, words: Buffer) {
+        debug_assert!(self.step_words.is_none(), "step words reserved twice");
+        self.step_words = Some(words);
+    }
+
+    /// Whether the counter will hold the committed step count once the
+    /// queued work ran (otherwise it must be written first).
+    pub(super) fn counter_is_current(&self) -> bool {
+        self.counter_holds.is_some() && self.counter_holds == Some(self.steps())
+    }
+
+    /// The queued work leaves the counter holding the committed step count
+    /// (written, or advanced by a counted step just committed).
+    pub(super) fn counter_now_current(&mut self) {
+        self.counter_holds = Some(self.steps());
+    }
+
+    /// Records a replayed step's loss buffer under loss `serial`.
+    pub(super) fn keep_graph_loss(&mut self, serial: u64, loss: Buffer) {
+        self.graph_loss = Some((serial, loss));
+    }
+
+    /// The loss buffer of replayed step `serial`, if that step was one.
+    pub(super) fn graph_loss(&self, serial: u64) -> Option<&Buffer> {
+        self.graph_loss
+            .as_ref()
+            .filter(|(of, _)| *of == serial)
+            .map(|(_, loss)| loss)
+    }
+
+    /// The phase and optimizer run before a step, replaced by `Idle` and
+    /// `run`; the counter is no longer known to be current.
     fn replace_for_step(&mut self, run: OptimizerRun) -> Snapshot {
+        self.counter_holds = None;
         Snapshot {
             phase: std::mem::take(&mut self.phase),
             optimizer: self.optimizer.replace(run),
@@ -420,6 +464,7 @@ impl StepState {
 
     /// Undoes what refused work changed.
     fn put_back(&mut self, effect: Effect) {
+        self.counter_holds = None;
         match effect {
             Effect::Staging { serial } => self.unstage(|staged| staged.serial == serial),
             Effect::Step(before) => self.restore(*before),

@@ -2,7 +2,7 @@
 //! attention composed of the tape's operations, and multi-head attention
 //! fused into one kernel over the heads where a linear layer left them.
 
-use cistern_runtime::{AttentionSpec, DropoutSpec, KernelLaunch};
+use cistern_runtime::{AttentionSpec, Binding, DropoutSpec, KernelLaunch};
 
 use super::backward::Grad;
 use super::node::{Op, VarIndex};
@@ -22,6 +22,42 @@ impl Tape {
     /// (backward regenerates it). Use a new seed per call. `p` outside
     /// `[0, 1]` is `InvalidArgument`; `p = 0` is the identity (no kernel).
     pub fn dropout(&self, input: &Var<'_>, p: f32, seed: u64) -> Result<Var<'_>, AutodiffError> {
+        self.dropout_with(input, p, seed, None)
+    }
+
+    /// [`dropout`](Self::dropout) at the step a device word holds: the
+    /// mask of `seed + (step << 32)`, where `step` is the `u32` in
+    /// `counter` (a store's [`step_counter`], which its steps advance)
+    /// when the kernel runs. A step recorded once and replayed so draws a
+    /// new mask each time, with no seed from the host; use a new `seed`
+    /// per call within a step. `counter` must be one 4-byte word of this
+    /// tape's device (`InvalidArgument`, `DeviceMismatch`).
+    ///
+    /// [`step_counter`]: crate::DeviceParamStore::step_counter
+    pub fn dropout_counted(
+        &self,
+        input: &Var<'_>,
+        p: f32,
+        seed: u64,
+        counter: &Buffer,
+    ) -> Result<Var<'_>, AutodiffError> {
+        self.client().check_owner(counter)?;
+        if counter.size() != 4 {
+            return Err(AutodiffError::InvalidArgument(format!(
+                "dropout_counted: the counter is one 4-byte word, not {} bytes",
+                counter.size()
+            )));
+        }
+        self.dropout_with(input, p, seed, Some(counter.clone()))
+    }
+
+    fn dropout_with(
+        &self,
+        input: &Var<'_>,
+        p: f32,
+        seed: u64,
+        counter: Option<Buffer>,
+    ) -> Result<Var<'_>, AutodiffError> {
         let spec = DropoutSpec::new(p, seed)
             .map_err(|error| AutodiffError::InvalidArgument(format!("dropout: {error}")))?;
         let input = self.operand(input)?;
@@ -31,17 +67,18 @@ impl Tape {
                 "dropout: {len} elements; the generator counts at most 2^32"
             )));
         }
+        let mask = Mask { spec, counter };
         let out = if p == 0.0 {
             input.value.clone()
         } else {
             let out = self.reserve(len)?;
-            let launch = KernelLaunch::dropout(spec, input.value.whole(), out.whole());
-            self.launch(launch)?;
+            self.launch(mask.launch(input.value.whole(), out.whole()))?;
             out
         };
         let op = Op::Dropout {
             input: input.index,
-            spec,
+            spec: mask.spec,
+            counter: mask.counter,
         };
         Ok(self.record(out, input.shape, op))
     }
@@ -50,18 +87,16 @@ impl Tape {
     pub(super) fn dropout_gradient(
         &self,
         input: VarIndex,
-        spec: DropoutSpec,
+        mask: &Mask,
         grad: &Grad,
         len: usize,
         sinks: &mut Sinks,
     ) -> Result<Grad, AutodiffError> {
-        if spec.threshold == 0 && spec.scale == 1.0 {
+        if mask.spec.threshold == 0 && mask.spec.scale == 1.0 {
             return Ok(grad.clone());
         }
         let g = self.materialize(grad, len)?;
-        let out = self.gradient_of(input, len, sinks, |out| {
-            KernelLaunch::dropout(spec, g.whole(), out)
-        })?;
+        let out = self.gradient_of(input, len, sinks, |out| mask.launch(g.whole(), out))?;
         Ok(Grad::Device(out))
     }
 
@@ -247,4 +282,20 @@ fn causal_mask(l: usize, s: usize) -> Result<Tensor<f32>, AutodiffError> {
         .flat_map(|i| (0..s).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
         .collect();
     Ok(Tensor::new([l, s], data)?)
+}
+
+/// A dropout's mask: its spec, and the step counter it reads, if counted.
+pub(super) struct Mask {
+    pub(super) spec: DropoutSpec,
+    pub(super) counter: Option<Buffer>,
+}
+
+impl Mask {
+    /// The launch applying the mask to `x` into `out`.
+    fn launch(&self, x: Binding, out: Binding) -> KernelLaunch {
+        match &self.counter {
+            Some(counter) => KernelLaunch::dropout_counted(self.spec, x, counter.whole(), out),
+            None => KernelLaunch::dropout(self.spec, x, out),
+        }
+    }
 }

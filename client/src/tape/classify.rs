@@ -46,6 +46,30 @@ impl ClassTargets {
     pub fn tape_id(&self) -> TapeId {
         self.tape
     }
+
+    /// The `i32` words on the device.
+    pub(crate) fn buffer(&self) -> &Buffer {
+        &self.buffer
+    }
+}
+
+impl Tape {
+    /// The classes and ignore index of every class loss on this tape that
+    /// reads `targets`: what a label written into them later must respect.
+    pub(crate) fn class_limits(&self, targets: &ClassTargets) -> Vec<(usize, i64)> {
+        let words = targets.buffer.whole();
+        self.with_nodes(|nodes| {
+            nodes
+                .iter()
+                .filter_map(|node| match &node.op {
+                    Op::ClassLoss { record, .. } if record.targets.whole() == words => {
+                        Some((record.spec.classes, i64::from(record.spec.ignore_index)))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+    }
 }
 
 /// `torch.nn.functional.cross_entropy`'s options, with its defaults.

@@ -122,8 +122,13 @@ pub(super) enum Op {
     Narrow { input: VarIndex, start: usize },
     /// `inputs` one after another along the first dimension.
     Cat { inputs: Vec<VarIndex> },
-    /// Dropout under a seeded counter-based mask (regenerated in backward).
-    Dropout { input: VarIndex, spec: DropoutSpec },
+    /// Dropout under a seeded counter-based mask (regenerated in backward),
+    /// at the step `counter` holds when it has one.
+    Dropout {
+        input: VarIndex,
+        spec: DropoutSpec,
+        counter: Option<Buffer>,
+    },
     /// Rows of the table `weight` gathered by index.
     Embedding {
         weight: VarIndex,

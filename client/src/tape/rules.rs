@@ -4,6 +4,7 @@
 
 use cistern_runtime::{Activation, Binding, GemmSpec, KernelLaunch};
 
+use super::attention::Mask;
 use super::backward::Grad;
 use super::node::{Node, Op, VarIndex};
 use super::sinks::Sinks;
@@ -176,9 +177,14 @@ impl Tape {
                 let reached = |input: VarIndex| reached(&input);
                 out.extend(self.cat_gradients(&inputs, grad, len, reached)?);
             }
-            Op::Dropout { input, spec } => {
+            Op::Dropout {
+                input,
+                spec,
+                counter,
+            } => {
                 if reached(&input) {
-                    let g = self.dropout_gradient(input, spec, grad, len, sinks)?;
+                    let mask = Mask { spec, counter };
+                    let g = self.dropout_gradient(input, &mask, grad, len, sinks)?;
                     out.push((input, g));
                 }
             }

@@ -54,6 +54,9 @@ pub struct Tape {
     /// by size in bytes, for reservations to take instead of the device's.
     spare: RefCell<HashMap<u64, Vec<Buffer>>>,
     work: RefCell<WorkLog>,
+    /// Whether a graph replays its launches: its buffers are then the
+    /// graph's, and a reset gives them up instead of reusing them.
+    captured: std::cell::Cell<bool>,
 }
 
 impl Tape {
@@ -72,6 +75,7 @@ impl Tape {
             held: RefCell::new(Vec::new()),
             spare: RefCell::new(HashMap::new()),
             work: RefCell::new(WorkLog::default()),
+            captured: std::cell::Cell::new(false),
         }
     }
 
@@ -93,6 +97,10 @@ impl Tape {
         self.work.get_mut().forget_launches();
         let spare = self.spare.get_mut();
         spare.clear();
+        if self.captured.replace(false) {
+            // A graph replays into these buffers: the next step takes new ones.
+            self.held.get_mut().clear();
+        }
         for buffer in self.held.get_mut().drain(..) {
             spare.entry(buffer.size()).or_default().push(buffer);
         }
@@ -181,6 +189,13 @@ impl Tape {
     /// they bind).
     pub fn launches(&self) -> Vec<KernelLaunch> {
         self.work.borrow().launches().to_vec()
+    }
+
+    /// Hands the buffers of the launches sent so far to a graph that
+    /// replays them: the next [`reset`](Self::reset) gives them up instead
+    /// of reusing them for the next step.
+    pub(crate) fn give_buffers_to_graph(&self) {
+        self.captured.set(true);
     }
 
     fn leaf(&self, tensor: &Tensor<f32>, tracked: bool) -> Result<Var<'_>, AutodiffError> {

@@ -87,6 +87,19 @@ extern "C" __global__ void cistern_dropout(
     }
 }
 
+// The counted form: the step counter (a u32 in a float's bits) is added to
+// the seed's high word.
+extern "C" __global__ void cistern_dropout_counted(
+    const float* x, const float* counter, float* out, unsigned int seed_lo,
+    unsigned int seed_hi, unsigned int threshold, float scale, u64 n) {
+    unsigned int high = seed_hi + __float_as_uint(counter[0]);
+    unsigned int key = cistern_lowbias32(seed_lo ^ cistern_lowbias32(high));
+    CISTERN_GRID_STRIDE(i, n) {
+        bool keep = (cistern_lowbias32((unsigned int)i ^ key) >> 8) >= threshold;
+        out[i] = keep ? x[i] * scale : 0.0f;
+    }
+}
+
 // A resident dataset's batch (kernels/src/dataset.rs): the batch of step
 // counter[0] through a keyed Feistel permutation of the rows, one thread per
 // word of x and y; then cistern_batch_gather_advance, queued after it,

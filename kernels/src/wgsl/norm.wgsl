@@ -135,6 +135,19 @@ fn dropout(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) 
     b2[base(2u) + i] = select(0.0, b1[base(1u) + i] * pf(0u), keep);
 }
 
+// The counted form (dropout_counted): b1 x, b2 the step counter (a u32 in
+// an f32's bits), added to the seed's high word; b3 out.
+@compute @workgroup_size(256)
+fn dropout_counted(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+                   @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = linear(wid, lid, groups);
+    if (i >= count()) { return; }
+    let high = pu(9u) + bitcast<u32>(b2[base(2u)]);
+    let key = lowbias32(pu(8u) ^ lowbias32(high));
+    let keep = (lowbias32(i ^ key) >> 8u) >= pu(10u);
+    b3[base(3u) + i] = select(0.0, b1[base(1u) + i] * pf(0u), keep);
+}
+
 // A resident dataset's batch (kernels/src/dataset.rs): u[8] rows, u[9]
 // width, u[10] target width, u[11] batch, u[12], u[13] the seed's words.
 // b1 features, b2 targets, b3 counter (a u32 in an f32's bits), b4 x, b5 y;

@@ -151,10 +151,13 @@ pub enum ShapeRule<'a> {
         /// The shape and offsets.
         spec: &'a BatchedGemmSpec,
     },
-    /// Equal lengths and a valid dropout.
+    /// Equal lengths and a valid dropout (counted: `x`, the counter of one
+    /// word, `out`).
     Dropout {
         /// The seed, threshold and scale.
         spec: &'a DropoutSpec,
+        /// Whether the seed's step comes from a counter binding.
+        counted: bool,
     },
     /// A resident dataset's batch gather: the dataset `rows×width` and
     /// `rows×target_width`, the counter one word, the batch's `x` and `y`.
@@ -413,7 +416,19 @@ impl Kernel {
                 "dropout",
                 KernelId::Dropout,
                 &[R, W],
-                ShapeRule::Dropout { spec },
+                ShapeRule::Dropout {
+                    spec,
+                    counted: false,
+                },
+            ),
+            Kernel::DropoutCounted(spec) => contract(
+                "dropout_counted",
+                KernelId::DropoutCounted,
+                &[R, R, W],
+                ShapeRule::Dropout {
+                    spec,
+                    counted: true,
+                },
             ),
             Kernel::BatchGather(spec) => contract(
                 "batch_gather",
@@ -542,7 +557,7 @@ impl ShapeRule<'_> {
             ShapeRule::Broadcast { spec } => Some(spec.validate()),
             ShapeRule::StridedSum { spec } => Some(spec.validate()),
             ShapeRule::LayerNorm { spec, .. } => Some(spec.validate()),
-            ShapeRule::Dropout { spec } => Some(spec.validate()),
+            ShapeRule::Dropout { spec, .. } => Some(spec.validate()),
             ShapeRule::Gather { spec } => Some(spec.validate()),
             ShapeRule::Batched { spec } => Some(spec.validate()),
             ShapeRule::MaxDim { spec, .. } => Some(spec.validate()),
@@ -601,6 +616,10 @@ impl ShapeRule<'_> {
         };
         match *self {
             ShapeRule::Any => Ok(()),
+            ShapeRule::Dropout { counted: true, .. } => {
+                expect(1, Some(1), "counter")?;
+                expect(2, elements.first().copied(), "out")
+            }
             ShapeRule::Equal | ShapeRule::Map { .. } | ShapeRule::Dropout { .. } => {
                 if elements.windows(2).any(|pair| pair[0] != pair[1]) {
                     Err(invalid(format!("bindings differ in size: {elements:?}")))

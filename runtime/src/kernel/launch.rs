@@ -278,6 +278,16 @@ impl KernelLaunch {
         Self::new(Kernel::Dropout(Box::new(spec)), vec![x, out])
     }
 
+    /// `DropoutCounted`: [`dropout`](Self::dropout) under `spec`'s seed
+    /// plus the step `counter` (one `u32` word) holds, shifted to the high
+    /// word; also its own backward.
+    pub fn dropout_counted(spec: DropoutSpec, x: Binding, counter: Binding, out: Binding) -> Self {
+        Self::new(
+            Kernel::DropoutCounted(Box::new(spec)),
+            vec![x, counter, out],
+        )
+    }
+
     /// `BatchGather`: the batch of step `counter` of a resident dataset
     /// into `x` and `y`, then `counter += 1`.
     pub fn batch_gather(

@@ -207,6 +207,11 @@ pub enum Kernel {
     /// The backward's second half, per key row: bindings `q`, `weights`,
     /// `grad_out`, `grad_scores`, `grad_k`, `grad_v`.
     AttentionBackwardKeys(Box<AttentionSpec>),
+    /// [`Kernel::Dropout`] at the step a device word holds
+    /// (`cistern_kernels::dropout::dropout_counted`): bindings `x`,
+    /// `counter` (one `u32` word, read), `out`; the mask of the seed plus
+    /// `counter << 32`, so a replayed graph draws a new mask each step.
+    DropoutCounted(Box<DropoutSpec>),
 }
 
 impl Kernel {

@@ -96,6 +96,7 @@ fn one_launch_per_kernel() -> Vec<KernelLaunch> {
         scale: 1.0,
     };
     launches.push(KernelLaunch::dropout(mask, b, b));
+    launches.push(KernelLaunch::dropout_counted(mask, b, b, b));
     let gather = cistern_kernels::GatherSpec {
         rows: 1,
         width: 1,

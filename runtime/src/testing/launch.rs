@@ -65,7 +65,8 @@ pub(super) fn run_launch(
         | Kernel::MaxDimBackward(_)
         | Kernel::Attention(_)
         | Kernel::AttentionBackwardQueries(_)
-        | Kernel::AttentionBackwardKeys(_) => {}
+        | Kernel::AttentionBackwardKeys(_)
+        | Kernel::DropoutCounted(_) => {}
     }
     counters.kernels_run += 1;
     Ok(launch.kernel.clone())

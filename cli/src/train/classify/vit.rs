@@ -7,23 +7,21 @@ use cistern_memory::SplitMix64;
 use cistern_optim::OptimizerConfig;
 
 use super::super::failure::Failure;
-use crate::vit::{self, CLASSES, PIXELS, ROWS};
+use crate::vit::{self, CLASSES, PIXELS, ROWS, VitSteps};
 
 /// Images per evaluation chunk.
 const CHUNK: usize = 256;
 /// Dropout seeds a step may use (a forward takes 4).
 const SEEDS_PER_STEP: u64 = 1 << 20;
 
-/// The vision transformer's parameters on the device, and its dropout seeds.
+/// The vision transformer's parameters on the device, and its steps.
 #[derive(Debug)]
 pub struct Vit {
     client: ComputeClient,
     store: DeviceParamStore,
-    /// The training steps' tape, on the store's stream (no waits between
-    /// streams) and reset for each step to reuse its buffers (none after a
-    /// failed step: the next makes a new one).
-    tape: Option<Box<Tape>>,
-    seed: u64,
+    /// The steps: recorded on a tape on the store's stream, or replayed
+    /// as a graph (`vit::VitSteps`).
+    steps: VitSteps,
     parameters: usize,
 }
 
@@ -47,12 +45,12 @@ impl Vit {
             .map_err(|e| Failure::Usage(format!("the model's parameters: {e}")))?;
         let parameters = params.iter().map(Tensor::len).sum();
         let refs: Vec<&Tensor<f32>> = params.iter().collect();
-        let store = DeviceParamStore::new(&Tape::new(client), &refs)?;
+        let mut store = DeviceParamStore::new(&Tape::new(client), &refs)?;
+        let steps = VitSteps::new(client, &mut store, seed.wrapping_mul(SEEDS_PER_STEP), true)?;
         Ok(Vit {
             client: client.clone(),
             store,
-            tape: None,
-            seed: seed.wrapping_mul(SEEDS_PER_STEP),
+            steps,
             parameters,
         })
     }
@@ -62,8 +60,8 @@ impl Vit {
         self.parameters
     }
 
-    /// One step (dropout on) through the tape and the store's fused step of
-    /// `config`'s family; the batch's loss before the update.
+    /// One step (dropout on) of `config`'s family; the batch's loss before
+    /// the update.
     pub fn tape_step(
         &mut self,
         features: &Tensor<f32>,
@@ -71,48 +69,18 @@ impl Vit {
         options: &CrossEntropyOptions,
         config: &OptimizerConfig,
     ) -> Result<f32, Failure> {
-        let reused = self
-            .tape
-            .take()
-            .and_then(|mut tape| tape.reset().ok().map(|()| tape));
-        let tape =
-            reused.unwrap_or_else(|| Box::new(Tape::on_stream(&self.client, self.store.stream())));
-        let loss = self.step_on(&tape, features, labels, options, config)?;
-        self.tape = Some(tape);
-        Ok(loss)
-    }
-
-    /// [`tape_step`](Self::tape_step) recorded on `tape`.
-    fn step_on(
-        &mut self,
-        tape: &Tape,
-        features: &Tensor<f32>,
-        labels: &[i64],
-        options: &CrossEntropyOptions,
-        config: &OptimizerConfig,
-    ) -> Result<f32, Failure> {
-        let leaves = self.store.register_resident_params(tape)?;
-        let params: Vec<Var<'_>> = leaves.iter().map(|leaf| leaf.var()).collect();
-        let b = labels.len();
-        let images = images(features.data(), b)?;
-        let images = tape.upload(&images)?;
-        let zeros = tape.upload(&zeros(b)?)?;
-        self.seed = self.seed.wrapping_add(SEEDS_PER_STEP);
-        let mut dropout = vit::Dropout::training(self.seed);
-        let logits = vit::forward(tape, &params, &images, &zeros, &mut dropout)?;
-        let targets = tape.class_targets(labels)?;
-        let loss = tape.cross_entropy(&logits, &targets, options)?;
-        let gradients = self.store.backward(tape, &loss)?;
-        let store = &mut self.store;
-        match config {
-            OptimizerConfig::Sgd(c) => store.step(&gradients, c)?,
-            OptimizerConfig::Adam(c) => store.step_adam(&gradients, c)?,
-            OptimizerConfig::AdamW(c) => store.step_adamw(&gradients, c)?,
-            OptimizerConfig::RmsProp(c) => store.step_rmsprop(&gradients, c)?,
-            OptimizerConfig::Adagrad(c) => store.step_adagrad(&gradients, c)?,
-            OptimizerConfig::Lamb(c) => store.step_lamb(&gradients, c)?,
+        let rows = labels.len();
+        if features.len() != rows * ROWS * PIXELS {
+            return Err(Failure::Usage(format!(
+                "{} features for {rows} images of {} pixels",
+                features.len(),
+                ROWS * PIXELS
+            )));
         }
-        Ok(loss.item()?)
+        let loss = self
+            .steps
+            .step(&mut self.store, features.data(), labels, options, config)?;
+        Ok(loss)
     }
 
     /// The logits (`rows × 10`, row-major) of row-major `features`, no dropout.

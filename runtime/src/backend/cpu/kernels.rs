@@ -212,6 +212,10 @@ fn run(launch: &CpuLaunch) -> Result<(), LaunchError> {
         Kernel::Dropout(spec) => {
             cistern_kernels::dropout::dropout(spec, b.read(0)?, b.write(1)?).map_err(refused)?;
         }
+        Kernel::DropoutCounted(spec) => {
+            let (x, counter, out) = (b.read(0)?, b.read(1)?, b.write(2)?);
+            cistern_kernels::dropout::dropout_counted(spec, x, counter, out).map_err(refused)?;
+        }
         Kernel::BatchGather(spec) => {
             let (features, targets, counter) = (b.read(0)?, b.read(1)?, b.write(2)?);
             let (x, y) = (b.write(3)?, b.write(4)?);

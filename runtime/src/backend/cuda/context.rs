@@ -21,7 +21,7 @@ use crate::sync::Mutex;
 
 /// Every kernel the module holds, by name: these, then the element-wise
 /// ones ([`functions`]).
-const FUNCTIONS: [&str; 39] = [
+const FUNCTIONS: [&str; 40] = [
     "cistern_empty",
     "cistern_trap",
     "cistern_identity",
@@ -54,6 +54,7 @@ const FUNCTIONS: [&str; 39] = [
     "cistern_embedding",
     "cistern_embedding_backward",
     "cistern_dropout",
+    "cistern_dropout_counted",
     "cistern_batch_gather",
     "cistern_batch_gather_advance",
     "cistern_max_dim",

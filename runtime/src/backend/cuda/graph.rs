@@ -123,7 +123,8 @@ fn capturable(kernel: &Kernel) -> bool {
         | Kernel::MaxDimBackward(_)
         | Kernel::Attention(_)
         | Kernel::AttentionBackwardQueries(_)
-        | Kernel::AttentionBackwardKeys(_) => true,
+        | Kernel::AttentionBackwardKeys(_)
+        | Kernel::DropoutCounted(_) => true,
     }
 }
 

@@ -346,6 +346,20 @@ impl Launcher<'_> {
                 ];
                 self.stride("cistern_dropout", n, &args)
             }
+            Kernel::DropoutCounted(spec) => {
+                let n = b.same_floats(&[0, 2])?;
+                let args = [
+                    p(0)?,
+                    p(1)?,
+                    p(2)?,
+                    Arg::U32(spec.seed as u32),
+                    Arg::U32((spec.seed >> 32) as u32),
+                    Arg::U32(spec.threshold),
+                    Arg::F32(spec.scale),
+                    Arg::U64(n),
+                ];
+                self.stride("cistern_dropout_counted", n, &args)
+            }
             Kernel::BatchGather(spec) => {
                 let row_words = u64::from(spec.width) + u64::from(spec.target_width);
                 let items = u64::from(spec.batch) * row_words;

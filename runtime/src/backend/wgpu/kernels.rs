@@ -70,6 +70,7 @@ const LAYER_NORM: Entry = entry(Module::Reduce, "layer_norm", 5);
 const LAYER_NORM_BACKWARD: Entry = entry(Module::Reduce, "layer_norm_backward", 6);
 const EMBEDDING: Entry = entry(Module::Reduce, "embedding", 3);
 const DROPOUT: Entry = entry(Module::Reduce, "dropout", 2);
+const DROPOUT_COUNTED: Entry = entry(Module::Reduce, "dropout_counted", 3);
 const EMBEDDING_BACKWARD: Entry = entry(Module::Reduce, "embedding_backward", 3);
 const BATCH_GATHER: Entry = entry(Module::Reduce, "batch_gather", 5);
 const BATCH_GATHER_ADVANCE: Entry = entry(Module::Reduce, "batch_gather_advance", 1);
@@ -292,21 +293,24 @@ impl GpuContext {
                 }
                 Ok(Plan::Submissions(all))
             }
-            Kernel::Dropout(spec) => {
+            Kernel::Dropout(spec) | Kernel::DropoutCounted(spec) => {
                 let n = elements(b(0)?);
                 if n == 0 {
                     return Ok(Plan::Nothing);
                 }
-                let windows = vec![
-                    self.window(b(0)?).map_err(refused)?,
-                    self.window(b(1)?).map_err(refused)?,
-                ];
+                let (entry, bound) = match launch.kernel {
+                    Kernel::DropoutCounted(_) => (DROPOUT_COUNTED, 3),
+                    _ => (DROPOUT, 2),
+                };
+                let windows = (0..bound)
+                    .map(|i| self.window(b(i)?).map_err(refused))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let mut params = Params::new(0, &[spec.scale]);
                 params.u[8] = spec.seed as u32;
                 params.u[9] = (spec.seed >> 32) as u32;
                 params.u[10] = spec.threshold;
                 let dispatch = self
-                    .dispatch(DROPOUT, windows, None, params, n)
+                    .dispatch(entry, windows, None, params, n)
                     .map_err(refused)?;
                 Ok(Plan::Dispatches(vec![dispatch]))
             }
