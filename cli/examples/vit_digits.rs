@@ -153,7 +153,7 @@ fn main() -> Result<(), Error> {
     }
     let seconds = started.elapsed().as_secs_f64() - evaluating;
     println!(
-        "{steps} steps in {seconds:.1} s ({:.1} ms a step, batch {BATCH}, {} kernel launches a step, {})",
+        "{steps} steps in {seconds:.1} s ({:.2} ms a step, batch {BATCH}, {} kernel launches a step, {})",
         1000.0 * seconds / steps.max(1) as f64,
         steps_of.launches(),
         if graph {

@@ -3,7 +3,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::KernelError;
-use crate::classify::exp;
 use crate::parallel::{zip_mut, zip2_mut};
 
 /// An elementwise activation. Backward passes take the activation's *input*.
@@ -52,31 +51,66 @@ const NORMAL_TAIL_LIMIT: f32 = 13.0;
 /// density, in f32 without a call (so that loops over it vectorise).
 /// `Φ(−a) = ½·erfc(z)` at `z = a/√2` by Numerical Recipes' `erfcc`
 /// (`t·exp(−z² + P(t))`, `t = 1/(1 + z/2)`, relative error under 1.2e-7
-/// for every `z ≥ 0`, the WGSL body's formula). Its `−z² = −a²/2` is taken
-/// as `−h²/2`, exact for `h` = `a` with its low 12 bits cleared, plus the
-/// small `−(a − h)(a + h)/2`, each through its own `exp`: an exponent
-/// rounded as one f32 would lose `a²·2⁻²⁴` relatively in the tail.
+/// for every `z ≥ 0`, the WGSL body's formula), `P` by fused multiply-adds.
+/// Its `−z² = −a²/2` is taken as `−h²/2`, exact for `h` = `a` with its low
+/// 12 bits cleared, plus the small `−(a − h)(a + h)/2`, both given to one
+/// [`exp_split`]: an exponent rounded as one f32 would lose `a²·2⁻²⁴`
+/// relatively in the tail.
 #[inline(always)]
 fn normal_tail(a: f32) -> (f32, f32) {
     let t = 1.0 / (1.0 + a * (0.5 * std::f32::consts::FRAC_1_SQRT_2));
-    let p = -1.265_512_2
-        + t * (1.000_023_7
-            + t * (0.374_091_96
-                + t * (0.096_784_18
-                    + t * (-0.186_288_06
-                        + t * (0.278_868_07
-                            + t * (-1.135_204
-                                + t * (1.488_515_9 + t * (-0.822_152_2 + t * 0.170_872_77))))))));
+    let coefficients: [f32; 10] = [
+        0.170_872_77,
+        -0.822_152_2,
+        1.488_515_9,
+        -1.135_204,
+        0.278_868_07,
+        -0.186_288_06,
+        0.096_784_18,
+        0.374_091_96,
+        1.000_023_7,
+        -1.265_512_2,
+    ];
+    let p = coefficients[1..]
+        .iter()
+        .fold(coefficients[0], |p, &c| p.mul_add(t, c));
     let h = f32::from_bits(a.to_bits() & 0xffff_f000);
-    let big = exp(-0.5 * h * h);
+    let big = -0.5 * h * h;
     let small = -0.5 * (a - h) * (a + h);
-    let tail = 0.5 * t * big * exp(small + p);
-    let density = big * exp(small) * FRAC_1_SQRT_2PI;
+    let tail = 0.5 * t * exp_split(big, small + p);
+    let density = exp_split(big, small) * FRAC_1_SQRT_2PI;
     if a < NORMAL_TAIL_LIMIT {
         (tail, density)
     } else {
         (0.0, 0.0)
     }
+}
+
+/// `e^(big + small)` for an exact `big` in `[−85, 0]` and `|small| < 2`,
+/// with no rounding of the sum: `big` is reduced by `k·ln 2` exactly
+/// (Cody–Waite: `k·C1` has 16 significant bits, and the difference fits
+/// f32), then `small` joins the reduced argument. The polynomial is
+/// `exp`'s (`classify/rows.rs`), by fused multiply-adds.
+#[inline(always)]
+fn exp_split(big: f32, small: f32) -> f32 {
+    const SHIFT: f32 = 12_582_912.0; // 1.5·2²³: adding it rounds to an integer
+    let shifted = (big + small) * std::f32::consts::LOG2_E + SHIFT;
+    let k = shifted - SHIFT;
+    let r = (big - k * 0.693_359_4 + small) - k * -2.121_944_4e-4;
+    let p = [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ]
+    .iter()
+    .fold(1.987_569_1e-4f32, |p, &c| p.mul_add(r, c));
+    let y = p.mul_add(r * r, r) + 1.0;
+    // Below the tail limit k is in [−125, 0]: a normal power of two (past
+    // it the caller discards the value).
+    let power = f32::from_bits(((shifted.to_bits() as i32 - 0x4B40_0000 + 127) as u32) << 23);
+    y * power
 }
 
 /// `Φ(x)` and `φ(x)`.
@@ -147,7 +181,11 @@ impl Activation {
             Self::LeakyRelu { negative_slope } => {
                 map_bias(row, bias, |x| if x > 0.0 { x } else { x * negative_slope })
             }
-            Self::Gelu => map_bias(row, bias, gelu),
+            Self::Gelu => {
+                // The wide loops over the row, as `gelu(x + b)` element by element.
+                map_bias(row, bias, |x| x);
+                (gelu_kernels().forward)(row)
+            }
             Self::GeluTanh => map_bias(row, bias, gelu_tanh),
             Self::Tanh => map_bias(row, bias, f32::tanh),
             Self::Sigmoid => map_bias(row, bias, sigmoid),
@@ -177,7 +215,9 @@ impl Activation {
 
 /// Exact GELU's loops, compiled for the widest vector unit present: the
 /// same source (`gelu_*_body`, inlined into each), so the same rounding
-/// (Rust never contracts to FMA), only more lanes at a time.
+/// (Rust never contracts; its explicit `mul_add`s are fused multiply-adds
+/// everywhere, a correctly rounded library call where the CPU has none),
+/// only more lanes at a time.
 struct GeluKernels {
     forward: fn(&mut [f32]),
     backward: fn(&mut [f32], &[f32], &[f32]),
@@ -188,13 +228,14 @@ fn gelu_kernels() -> &'static GeluKernels {
     KERNELS.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::is_x86_feature_detected!("avx512f") {
+            let fma = std::is_x86_feature_detected!("fma");
+            if fma && std::is_x86_feature_detected!("avx512f") {
                 return GeluKernels {
                     forward: wide::gelu_forward_avx512,
                     backward: wide::gelu_backward_avx512,
                 };
             }
-            if std::is_x86_feature_detected!("avx2") {
+            if fma && std::is_x86_feature_detected!("avx2") {
                 return GeluKernels {
                     forward: wide::gelu_forward_avx2,
                     backward: wide::gelu_backward_avx2,
@@ -251,8 +292,8 @@ mod wide {
         };
     }
 
-    instances!("avx2", gelu_forward_avx2, gelu_backward_avx2);
-    instances!("avx512f", gelu_forward_avx512, gelu_backward_avx512);
+    instances!("avx2,fma", gelu_forward_avx2, gelu_backward_avx2);
+    instances!("avx512f,fma", gelu_forward_avx512, gelu_backward_avx512);
 }
 
 #[inline(always)]
@@ -331,7 +372,7 @@ mod tests {
             let err = (f64::from(gelu_grad(x, 1.0)) - want_d).abs() / scale;
             worst_d = worst_d.max(err);
         }
-        // Measured: 4.6e-7 and 3.5e-7 (f32's ulp is 6e-8 to 1.2e-7 relative).
+        // Measured: 4.6e-7 and 3.7e-7 (f32's ulp is 6e-8 to 1.2e-7 relative).
         assert!(worst_y < 6e-7, "gelu: worst relative error {worst_y:e}");
         assert!(worst_d < 6e-7, "gelu': worst relative error {worst_d:e}");
     }
