@@ -72,6 +72,7 @@ impl DropoutSpec {
 }
 
 /// `lowbias32`: a 32-bit integer mix with low bias.
+#[inline(always)]
 pub fn mix(mut x: u32) -> u32 {
     x ^= x >> 16;
     x = x.wrapping_mul(0x7feb_352d);
@@ -94,14 +95,60 @@ pub fn dropout(spec: &DropoutSpec, x: &[f32], out: &mut [f32]) -> Result<(), Ker
     if u32::try_from(x.len()).is_err() {
         return Err(KernelError::invalid("x", "more than 2^32 elements"));
     }
+    let key = mix(spec.seed as u32 ^ mix((spec.seed >> 32) as u32));
+    (masked_loop())(key, spec.threshold, spec.scale, x, out);
+    Ok(())
+}
+
+/// The mask's loop, `keeps` with the key taken once: integer multiplies
+/// and shifts that vectorise, compiled for the widest unit present (the
+/// same source, so the same bits).
+type MaskedLoop = fn(u32, u32, f32, &[f32], &mut [f32]);
+
+fn masked_loop() -> MaskedLoop {
+    static CHOSEN: std::sync::OnceLock<MaskedLoop> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return wide::masked_avx512;
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                return wide::masked_avx2;
+            }
+        }
+        masked_body
+    })
+}
+
+#[inline(always)]
+fn masked_body(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32]) {
     for (i, (out, &v)) in out.iter_mut().zip(x).enumerate() {
-        *out = if spec.keeps(i as u32) {
-            v * spec.scale
-        } else {
-            0.0
+        let keep = (mix(i as u32 ^ key) >> 8) >= threshold;
+        *out = if keep { v * scale } else { 0.0 };
+    }
+}
+
+/// The AVX2 and AVX-512 instances of the mask's loop.
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use super::masked_body;
+
+    macro_rules! instance {
+        ($feature:literal, $name:ident) => {
+            pub(super) fn $name(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32]) {
+                #[target_feature(enable = $feature)]
+                unsafe fn body(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32]) {
+                    masked_body(key, threshold, scale, x, out)
+                }
+                // SAFETY: chosen only where the CPU has the feature (`masked_loop`).
+                unsafe { body(key, threshold, scale, x, out) }
+            }
         };
     }
-    Ok(())
+
+    instance!("avx2", masked_avx2);
+    instance!("avx512f", masked_avx512);
 }
 
 /// [`dropout`] under [`DropoutSpec::at_step`] of the step `counter` holds
@@ -152,6 +199,22 @@ mod tests {
         dropout(&spec, &x, &mut plain).unwrap();
         assert_ne!(counted, plain, "step 7's mask is not step 0's");
         assert!(dropout_counted(&spec, &x, &[], &mut counted).is_err());
+    }
+
+    #[test]
+    fn the_vector_loop_keeps_what_keeps_says() {
+        let spec = DropoutSpec::new(0.3, 0xfeed_0123_4567_89ab).unwrap();
+        let x: Vec<f32> = (0..10_007).map(|i| 1.0 + i as f32).collect();
+        let mut out = vec![0.0; x.len()];
+        dropout(&spec, &x, &mut out).unwrap();
+        for (i, (&got, &v)) in out.iter().zip(&x).enumerate() {
+            let want = if spec.keeps(i as u32) {
+                v * spec.scale
+            } else {
+                0.0
+            };
+            assert_eq!(got.to_bits(), want.to_bits(), "element {i}");
+        }
     }
 
     #[test]
