@@ -21,6 +21,7 @@ mod conformance {
     pub mod optim_reference;
     pub mod ordering;
     pub mod recovery;
+    pub mod step_graph;
     pub mod store;
     pub mod streams;
     pub mod strided;
@@ -54,6 +55,7 @@ conformance_tests! {
     store::the_stores_device_amp_step_matches_the_cpus,
     store::a_replica_group_on_this_device_steps_as_a_lone_store,
     store::a_store_restored_from_its_checkpoint_file_steps_as_the_original,
+    step_graph::a_replayed_tape_step_trains_as_the_tape_steps,
     ordering::two_streams_hammering_one_buffer_see_each_others_writes_in_order,
     ordering::an_upload_on_the_default_stream_is_used_at_once_by_another_stream,
     ordering::reads_of_one_buffer_on_two_streams_do_not_wait_for_each_other,
