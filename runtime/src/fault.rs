@@ -45,6 +45,10 @@ pub struct FaultPlan {
     /// racing capture would refuse it: `CaptureInProgress`, its token
     /// fails, nothing latches, and the launches after it run.
     pub busy_launch: Option<u64>,
+    /// The Nth graph replay is refused as a racing capture would refuse
+    /// it: `CaptureInProgress`, nothing of it runs, its token fails,
+    /// nothing latches.
+    pub busy_replay: Option<u64>,
 }
 
 /// How one recovery probe attempt is made to fail.
@@ -137,6 +141,12 @@ impl FaultPlan {
         self
     }
 
+    /// The Nth graph replay is refused as if a capture were in progress.
+    pub fn with_busy_replay(mut self, n: u64) -> Self {
+        self.busy_replay = Some(n);
+        self
+    }
+
     /// The server panics while handling its Nth command.
     pub fn with_server_panic_at_command(mut self, n: u64) -> Self {
         self.server_panic_at_command = Some(n);
@@ -151,6 +161,7 @@ pub(crate) struct FaultInjector {
     launches: u64,
     singles: u64,
     batches: u64,
+    replays: u64,
     reservations: u64,
     transfers: u64,
     probes: VecDeque<ProbeFault>,
@@ -171,6 +182,7 @@ impl FaultInjector {
             launches: 0,
             singles: 0,
             batches: 0,
+            replays: 0,
             reservations: 0,
             transfers: 0,
             random: SplitMix64::new(seed),
@@ -197,6 +209,12 @@ impl FaultInjector {
     pub(crate) fn batch_busy(&mut self) -> bool {
         self.batches += 1;
         self.plan.busy_batch == Some(self.batches)
+    }
+
+    /// Counts one graph replay; whether it is refused as busy.
+    pub(crate) fn replay_busy(&mut self) -> bool {
+        self.replays += 1;
+        self.plan.busy_replay == Some(self.replays)
     }
 
     /// Counts one single launch; whether it is refused as busy.

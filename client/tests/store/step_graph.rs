@@ -8,9 +8,9 @@ use cistern_client::{
 };
 use cistern_memory::SplitMix64;
 use cistern_optim::{AdamWConfig, OptimizerConfig};
-use cistern_runtime::Activation;
+use cistern_runtime::{Activation, DeviceOptions, FaultPlan};
 
-use super::common::{ok, open, random};
+use super::common::{ok, open, open_with, random};
 
 const INPUTS: usize = 5;
 const CLASSES: usize = 4;
@@ -288,5 +288,94 @@ fn a_step_is_captured_only_on_the_stores_stream_and_never_for_lamb() {
     ok(
         store.step_adamw(&gradients, &config),
         "the step, uncaptured",
+    );
+}
+
+/// A capture on step 0, then a replay of each batch; the parameters' bits
+/// and the losses. `retry` replays a batch again when its loss read
+/// answers a transient refusal (the refused step was put back).
+fn captured_run(
+    client: &cistern_client::ComputeClient,
+    batches: &[Batch],
+    retry: bool,
+) -> (Vec<u32>, Vec<f32>, u64, usize) {
+    let (mut store, counter) = store(client);
+    let mut refused = 0;
+    let tape = Tape::on_stream(client, store.stream());
+    let (first, rest) = batches.split_first().expect("batches");
+    let (loss, graph) = ok(record(&mut store, &tape, &counter, first, true), "capture");
+    let graph = graph.expect("a graph");
+    let mut losses = vec![loss];
+    for batch in rest {
+        let mut read = replay(&mut store, &graph, batch);
+        if retry
+            && matches!(
+                read,
+                Err(BackendError::DeviceContextCaptureInProgress { .. })
+            )
+        {
+            assert!(!store.is_poisoned(), "a transient refusal never latches");
+            refused += 1;
+            // The next `&mut` call puts the refused step back and answers
+            // the refusal once; `replay_step` then runs the batch again.
+            read = replay(&mut store, &graph, batch);
+        }
+        losses.push(ok(read, "a replay's loss"));
+    }
+    (bits(&store), losses, store.steps(), refused)
+}
+
+#[test]
+fn a_replay_refused_as_transient_is_put_back_and_its_retry_trains_as_a_clean_run() {
+    let mut rng = SplitMix64::new(4412);
+    let batches: Vec<Batch> = (0..4).map(|_| batch(&mut rng, 6, 0.5)).collect();
+    let want = captured_run(&open(), &batches, false);
+    let refusing = open_with(
+        DeviceOptions::with_memory_limit(64 << 20)
+            .with_faults(FaultPlan::none().with_busy_replay(1)),
+    );
+    let (bits, losses, steps, refused) = captured_run(&refusing, &batches, true);
+    assert_eq!(refused, 1, "the first replay was refused");
+    let got = (bits, losses, steps, 0);
+    assert_eq!(got, want, "the parameters' bits, the losses and the steps");
+}
+
+#[test]
+fn a_trap_inside_a_replayed_step_latches_the_store_and_nothing_of_it_is_readable() {
+    let mut rng = SplitMix64::new(4413);
+    let batches: Vec<Batch> = (0..2).map(|_| batch(&mut rng, 6, 0.5)).collect();
+    // The kernels the capture's step runs, counted on a clean device: the
+    // trap lands on the third launch of the first replay.
+    let clean = open();
+    let (mut store, counter) = store(&clean);
+    let tape = Tape::on_stream(&clean, store.stream());
+    ok(
+        record(&mut store, &tape, &counter, &batches[0], true),
+        "capture",
+    );
+    ok(store.wait_device(), "the captured step ran");
+    let before = ok(clean.server_stats(), "stats").kernels_run;
+    let trapping = open_with(
+        DeviceOptions::with_memory_limit(64 << 20)
+            .with_faults(FaultPlan::none().with_trap_at_launch(before + 3)),
+    );
+    let (mut store, counter) = self::store(&trapping);
+    let tape = Tape::on_stream(&trapping, store.stream());
+    let (_, graph) = ok(
+        record(&mut store, &tape, &counter, &batches[0], true),
+        "capture",
+    );
+    let graph = graph.expect("a graph");
+    let read = replay(&mut store, &graph, &batches[1]);
+    assert!(
+        read.is_err(),
+        "the trapped replay's loss is refused: {read:?}"
+    );
+    assert!(store.is_poisoned(), "a trap latches the store");
+    assert!(store.sync_to_host().is_err(), "no parameter is readable");
+    let again = store.replay_step(&graph, &[]);
+    assert!(
+        matches!(again, Err(BackendError::StorePoisoned { .. })),
+        "{again:?}"
     );
 }

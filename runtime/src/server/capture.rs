@@ -10,6 +10,7 @@
 
 use cistern_memory::{AllocationPolicy, StreamId};
 
+use super::commands::refuse_as_busy;
 use super::core::{ServerCore, trace_refusal};
 use super::graphs::Released;
 use crate::backend::{Backend, StreamWork};
@@ -119,6 +120,9 @@ impl<B: Backend> ServerCore<B> {
     ) {
         self.stats.replays += 1;
         let token = token.map(|token| PendingToken::new(token, self.ordinal));
+        if let Err(error) = self.inject_busy_replay() {
+            return refuse_as_busy(token, error);
+        }
         let found = self
             .gate(stream)
             .and_then(|()| self.check_graph(graph))

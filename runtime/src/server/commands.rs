@@ -400,7 +400,7 @@ impl<B: Backend> ServerCore<B> {
 
 /// Refuses launch work as a racing capture refuses it: the token alone,
 /// nothing latched.
-fn refuse_as_busy(token: Option<PendingToken>, error: ServerError) {
+pub(super) fn refuse_as_busy(token: Option<PendingToken>, error: ServerError) {
     trace_refusal("launch", &error);
     if let Some(token) = token {
         token.fail(error);

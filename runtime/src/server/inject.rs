@@ -51,6 +51,17 @@ impl<B: Backend> ServerCore<B> {
         self.busy(busy)
     }
 
+    /// A graph replay: `CaptureInProgress` if the plan says it is refused
+    /// as a racing capture would refuse it.
+    #[inline]
+    pub(super) fn inject_busy_replay(&mut self) -> Result<(), ServerError> {
+        let busy = self
+            .faults
+            .as_mut()
+            .is_some_and(|faults| faults.replay_busy());
+        self.busy(busy)
+    }
+
     fn busy(&self, busy: bool) -> Result<(), ServerError> {
         match busy {
             true => Err(ServerError::CaptureInProgress {
