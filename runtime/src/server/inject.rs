@@ -33,37 +33,26 @@ impl<B: Backend> ServerCore<B> {
     /// as a racing capture would refuse it.
     #[inline]
     pub(super) fn inject_busy_batch(&mut self) -> Result<(), ServerError> {
-        let busy = self
-            .faults
-            .as_mut()
-            .is_some_and(|faults| faults.batch_busy());
-        self.busy(busy)
+        self.busy_if(FaultInjector::batch_busy)
     }
 
     /// A single launch: `CaptureInProgress` if the plan says it is
     /// refused as a racing capture would refuse it.
     #[inline]
     pub(super) fn inject_busy_launch(&mut self) -> Result<(), ServerError> {
-        let busy = self
-            .faults
-            .as_mut()
-            .is_some_and(|faults| faults.single_busy());
-        self.busy(busy)
+        self.busy_if(FaultInjector::single_busy)
     }
 
     /// A graph replay: `CaptureInProgress` if the plan says it is refused
     /// as a racing capture would refuse it.
     #[inline]
     pub(super) fn inject_busy_replay(&mut self) -> Result<(), ServerError> {
-        let busy = self
-            .faults
-            .as_mut()
-            .is_some_and(|faults| faults.replay_busy());
-        self.busy(busy)
+        self.busy_if(FaultInjector::replay_busy)
     }
 
-    fn busy(&self, busy: bool) -> Result<(), ServerError> {
-        match busy {
+    /// `CaptureInProgress` where the plan's `counts` says this one is busy.
+    fn busy_if(&mut self, counts: fn(&mut FaultInjector) -> bool) -> Result<(), ServerError> {
+        match self.faults.as_mut().is_some_and(|faults| counts(faults)) {
             true => Err(ServerError::CaptureInProgress {
                 ordinal: self.ordinal,
             }),
