@@ -265,35 +265,21 @@ fn gelu_backward_body(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]) {
     }
 }
 
-/// The AVX2 and AVX-512 instances of GELU's loops.
+/// The AVX2 and AVX-512 instances of GELU's loops (with FMA).
 #[cfg(target_arch = "x86_64")]
 mod wide {
     use super::{gelu_backward_body, gelu_forward_body};
 
-    macro_rules! instances {
-        ($feature:literal, $forward:ident, $backward:ident) => {
-            pub(super) fn $forward(y: &mut [f32]) {
-                #[target_feature(enable = $feature)]
-                unsafe fn body(y: &mut [f32]) {
-                    gelu_forward_body(y)
-                }
-                // SAFETY: chosen only where the CPU has the feature (`gelu_kernels`).
-                unsafe { body(y) }
-            }
-
-            pub(super) fn $backward(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]) {
-                #[target_feature(enable = $feature)]
-                unsafe fn body(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]) {
-                    gelu_backward_body(grad_in, x, grad_out)
-                }
-                // SAFETY: chosen only where the CPU has the feature (`gelu_kernels`).
-                unsafe { body(grad_in, x, grad_out) }
-            }
-        };
-    }
-
-    instances!("avx2,fma", gelu_forward_avx2, gelu_backward_avx2);
-    instances!("avx512f,fma", gelu_forward_avx512, gelu_backward_avx512);
+    crate::wide::x86_instances!(
+        gelu_forward_body(y: &mut [f32]);
+        "avx2,fma" => gelu_forward_avx2,
+        "avx512f,fma" => gelu_forward_avx512,
+    );
+    crate::wide::x86_instances!(
+        gelu_backward_body(grad_in: &mut [f32], x: &[f32], grad_out: &[f32]);
+        "avx2,fma" => gelu_backward_avx2,
+        "avx512f,fma" => gelu_backward_avx512,
+    );
 }
 
 #[inline(always)]

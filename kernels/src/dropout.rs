@@ -134,21 +134,11 @@ fn masked_body(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32])
 mod wide {
     use super::masked_body;
 
-    macro_rules! instance {
-        ($feature:literal, $name:ident) => {
-            pub(super) fn $name(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32]) {
-                #[target_feature(enable = $feature)]
-                unsafe fn body(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32]) {
-                    masked_body(key, threshold, scale, x, out)
-                }
-                // SAFETY: chosen only where the CPU has the feature (`masked_loop`).
-                unsafe { body(key, threshold, scale, x, out) }
-            }
-        };
-    }
-
-    instance!("avx2", masked_avx2);
-    instance!("avx512f", masked_avx512);
+    crate::wide::x86_instances!(
+        masked_body(key: u32, threshold: u32, scale: f32, x: &[f32], out: &mut [f32]);
+        "avx2" => masked_avx2,
+        "avx512f" => masked_avx512,
+    );
 }
 
 /// [`dropout`] under [`DropoutSpec::at_step`] of the step `counter` holds

@@ -32,6 +32,7 @@ mod parallel;
 mod reduce;
 mod small_products;
 pub mod wgsl;
+mod wide;
 
 pub use activation::{Activation, activation_backward, activation_forward};
 pub use attention::{

@@ -17,13 +17,10 @@ pub fn column_sum(x: &[f32], rows: usize, cols: usize, out: &mut [f32]) -> Resul
     if cols == 0 {
         return Ok(());
     }
+    let add_rows = rows_loop();
     let block_sum = |block: &[f32]| {
         let mut acc = vec![0.0f64; cols];
-        for row in block.chunks_exact(cols) {
-            for (a, &v) in acc.iter_mut().zip(row) {
-                *a += f64::from(v);
-            }
-        }
+        add_rows(block, &mut acc);
         acc
     };
     let totals = if size < MIN_PARALLEL {
@@ -42,6 +39,48 @@ pub fn column_sum(x: &[f32], rows: usize, cols: usize, out: &mut [f32]) -> Resul
         *o = t as f32;
     }
     Ok(())
+}
+
+/// Adds each row of `block` (rows of `acc.len()`) into `acc`, in f64.
+type RowsLoop = fn(&[f32], &mut [f64]);
+
+/// [`add_rows`] for the widest vector unit present (the same bits: each
+/// column sums its rows in order).
+fn rows_loop() -> RowsLoop {
+    static CHOSEN: std::sync::OnceLock<RowsLoop> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return wide::add_rows_avx512;
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                return wide::add_rows_avx2;
+            }
+        }
+        add_rows
+    })
+}
+
+#[inline(always)]
+fn add_rows(block: &[f32], acc: &mut [f64]) {
+    for row in block.chunks_exact(acc.len()) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a += f64::from(v);
+        }
+    }
+}
+
+/// The AVX2 and AVX-512 instances of [`add_rows`].
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use super::add_rows;
+
+    crate::wide::x86_instances!(
+        add_rows(block: &[f32], acc: &mut [f64]);
+        "avx2" => add_rows_avx2,
+        "avx512f" => add_rows_avx512,
+    );
 }
 
 /// Mean squared error `Σ (pred − target)² / n` (PyTorch's `reduction='mean'`).
@@ -142,4 +181,27 @@ pub(crate) fn segment_totals(
         totals[s] += value;
     }
     totals
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_vector_instance_of_the_column_sums_adds_as_the_plain_loop() {
+        let (rows, cols) = (97, 67);
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) as f32 / u32::MAX as f32) - 0.5)
+            .collect();
+        let (mut plain, mut wide) = (vec![0.0f64; cols], vec![0.0f64; cols]);
+        add_rows(&x, &mut plain);
+        (rows_loop())(&x, &mut wide);
+        assert_eq!(plain, wide);
+        let mut out = vec![0.0f32; cols];
+        column_sum(&x, rows, cols, &mut out).unwrap();
+        for (c, &got) in out.iter().enumerate() {
+            let want: f64 = (0..rows).map(|r| f64::from(x[r * cols + c])).sum();
+            assert_eq!(got, want as f32, "column {c}");
+        }
+    }
 }

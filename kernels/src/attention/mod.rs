@@ -524,44 +524,32 @@ fn bodies() -> &'static Bodies {
 mod wide {
     use super::{Bodies, Dims, forward_sequence, keys_sequence, queries_sequence};
 
-    macro_rules! instances {
-        ($feature:literal, $name:ident) => {
-            pub(super) const $name: Bodies = {
-                fn forward(d: &Dims, x: [&[f32]; 3], a: &mut [f32], b: &mut [f32]) {
-                    #[target_feature(enable = $feature)]
-                    unsafe fn body(d: &Dims, x: [&[f32]; 3], a: &mut [f32], b: &mut [f32]) {
-                        forward_sequence(d, x, a, b)
-                    }
-                    // SAFETY: chosen only where the CPU has the feature (`bodies`).
-                    unsafe { body(d, x, a, b) }
-                }
-                fn queries(d: &Dims, x: [&[f32]; 4], a: &mut [f32], b: &mut [f32]) {
-                    #[target_feature(enable = $feature)]
-                    unsafe fn body(d: &Dims, x: [&[f32]; 4], a: &mut [f32], b: &mut [f32]) {
-                        queries_sequence(d, x, a, b)
-                    }
-                    // SAFETY: as above.
-                    unsafe { body(d, x, a, b) }
-                }
-                fn keys(d: &Dims, x: [&[f32]; 4], a: &mut [f32], b: &mut [f32]) {
-                    #[target_feature(enable = $feature)]
-                    unsafe fn body(d: &Dims, x: [&[f32]; 4], a: &mut [f32], b: &mut [f32]) {
-                        keys_sequence(d, x, a, b)
-                    }
-                    // SAFETY: as above.
-                    unsafe { body(d, x, a, b) }
-                }
-                Bodies {
-                    forward,
-                    queries,
-                    keys,
-                }
-            };
-        };
-    }
+    crate::wide::x86_instances!(
+        forward_sequence(d: &Dims, x: [&[f32]; 3], a: &mut [f32], b: &mut [f32]);
+        "avx2" => forward_avx2,
+        "avx512f" => forward_avx512,
+    );
+    crate::wide::x86_instances!(
+        queries_sequence(d: &Dims, x: [&[f32]; 4], a: &mut [f32], b: &mut [f32]);
+        "avx2" => queries_avx2,
+        "avx512f" => queries_avx512,
+    );
+    crate::wide::x86_instances!(
+        keys_sequence(d: &Dims, x: [&[f32]; 4], a: &mut [f32], b: &mut [f32]);
+        "avx2" => keys_avx2,
+        "avx512f" => keys_avx512,
+    );
 
-    instances!("avx2", AVX2);
-    instances!("avx512f", AVX512);
+    pub(super) const AVX2: Bodies = Bodies {
+        forward: forward_avx2,
+        queries: queries_avx2,
+        keys: keys_avx2,
+    };
+    pub(super) const AVX512: Bodies = Bodies {
+        forward: forward_avx512,
+        queries: queries_avx512,
+        keys: keys_avx512,
+    };
 }
 
 #[cfg(test)]

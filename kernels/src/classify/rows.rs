@@ -63,48 +63,20 @@ fn row_kernels() -> &'static RowKernels {
 mod wide {
     use super::{log_sum_exp_body, narrow_softmax_body, scaled_softmax_body};
 
-    macro_rules! instances {
-        ($feature:literal, $lse:ident, $softmax:ident, $narrow:ident) => {
-            pub(super) fn $lse(row: &[f32]) -> (f32, f32) {
-                #[target_feature(enable = $feature)]
-                unsafe fn body(row: &[f32]) -> (f32, f32) {
-                    log_sum_exp_body(row)
-                }
-                // SAFETY: chosen only where the CPU has the feature (`row_kernels`).
-                unsafe { body(row) }
-            }
-
-            pub(super) fn $softmax(row: &[f32], coefficient: f32, out: &mut [f32]) {
-                #[target_feature(enable = $feature)]
-                unsafe fn body(row: &[f32], coefficient: f32, out: &mut [f32]) {
-                    scaled_softmax_body(row, coefficient, out)
-                }
-                // SAFETY: chosen only where the CPU has the feature (`row_kernels`).
-                unsafe { body(row, coefficient, out) }
-            }
-
-            pub(super) fn $narrow(x: &[f32], cols: usize, out: &mut [f32]) {
-                #[target_feature(enable = $feature)]
-                unsafe fn body(x: &[f32], cols: usize, out: &mut [f32]) {
-                    narrow_softmax_body(x, cols, out)
-                }
-                // SAFETY: chosen only where the CPU has the feature (`row_kernels`).
-                unsafe { body(x, cols, out) }
-            }
-        };
-    }
-
-    instances!(
-        "avx2",
-        log_sum_exp_avx2,
-        scaled_softmax_avx2,
-        narrow_softmax_avx2
+    crate::wide::x86_instances!(
+        log_sum_exp_body(row: &[f32]) -> (f32, f32);
+        "avx2" => log_sum_exp_avx2,
+        "avx512f" => log_sum_exp_avx512,
     );
-    instances!(
-        "avx512f",
-        log_sum_exp_avx512,
-        scaled_softmax_avx512,
-        narrow_softmax_avx512
+    crate::wide::x86_instances!(
+        scaled_softmax_body(row: &[f32], coefficient: f32, out: &mut [f32]);
+        "avx2" => scaled_softmax_avx2,
+        "avx512f" => scaled_softmax_avx512,
+    );
+    crate::wide::x86_instances!(
+        narrow_softmax_body(x: &[f32], cols: usize, out: &mut [f32]);
+        "avx2" => narrow_softmax_avx2,
+        "avx512f" => narrow_softmax_avx512,
     );
 }
 
