@@ -127,14 +127,21 @@ fn helper_pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
-/// Runs `f` on each piece of `dst` with the index of its first element.
+/// Runs `f` on each piece of `dst` with the index of its first element,
+/// compiled for AVX2 and FMA where the CPU has them (`with_wide_vectors`).
 pub(crate) fn for_each_indexed(dst: &mut [f32], f: impl Fn(usize, &mut [f32]) + Sync + Send) {
     if dst.len() < MIN_PARALLEL {
-        f(0, dst);
+        with_wide_vectors(
+            #[inline(always)]
+            || f(0, dst),
+        );
     } else {
-        dst.par_chunks_mut(PIECE)
-            .enumerate()
-            .for_each(|(piece, dst)| f(piece * PIECE, dst));
+        dst.par_chunks_mut(PIECE).enumerate().for_each(|(piece, dst)| {
+            with_wide_vectors(
+                #[inline(always)]
+                || f(piece * PIECE, dst),
+            )
+        });
     }
 }
 
