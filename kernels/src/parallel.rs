@@ -136,12 +136,14 @@ pub(crate) fn for_each_indexed(dst: &mut [f32], f: impl Fn(usize, &mut [f32]) + 
             || f(0, dst),
         );
     } else {
-        dst.par_chunks_mut(PIECE).enumerate().for_each(|(piece, dst)| {
-            with_wide_vectors(
-                #[inline(always)]
-                || f(piece * PIECE, dst),
-            )
-        });
+        dst.par_chunks_mut(PIECE)
+            .enumerate()
+            .for_each(|(piece, dst)| {
+                with_wide_vectors(
+                    #[inline(always)]
+                    || f(piece * PIECE, dst),
+                )
+            });
     }
 }
 
