@@ -68,7 +68,23 @@ fn lane_sum(row: &[f32], term: impl Fn(f32) -> f32) -> f32 {
             *lane += term(x);
         }
     }
-    lanes.iter().sum::<f32>() + tail.iter().map(|&x| term(x)).sum::<f32>()
+    lanes_total(lanes) + tail.iter().map(|&x| term(x)).sum::<f32>()
+}
+
+/// The sum of `lanes`, halving them pairwise: four dependent additions
+/// where one running sum over them would be sixteen (a row of 64 spent
+/// most of its time there).
+#[inline(always)]
+fn lanes_total(mut lanes: [f32; LANES]) -> f32 {
+    let mut width = LANES / 2;
+    while width > 0 {
+        let (low, high) = lanes.split_at_mut(width);
+        for (low, &high) in low.iter_mut().zip(&high[..width]) {
+            *low += high;
+        }
+        width /= 2;
+    }
+    lanes[0]
 }
 
 /// The mean and `1/sqrt(var + eps)` of `row`.
@@ -266,8 +282,8 @@ fn backward_rows(weight: &[f32], rows: RowsBackward<'_>) {
             tail_hx += h * xhat;
             gx[c] = g[c] * xhat;
         }
-        let mean_h = (sum_h.iter().sum::<f32>() + tail_h) / n;
-        let mean_hx = (sum_hx.iter().sum::<f32>() + tail_hx) / n;
+        let mean_h = (lanes_total(sum_h) + tail_h) / n;
+        let mean_hx = (lanes_total(sum_hx) + tail_hx) / n;
         for (((dx, &x), &g), &w) in dx.iter_mut().zip(x).zip(g).zip(weight) {
             let xhat = (x - mean) * rstd;
             *dx = rstd * (g * w - mean_h - xhat * mean_hx);
