@@ -226,26 +226,21 @@ struct GeluKernels {
 fn gelu_kernels() -> &'static GeluKernels {
     static KERNELS: std::sync::OnceLock<GeluKernels> = std::sync::OnceLock::new();
     KERNELS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let fma = std::is_x86_feature_detected!("fma");
-            if fma && std::is_x86_feature_detected!("avx512f") {
-                return GeluKernels {
-                    forward: wide::gelu_forward_avx512,
-                    backward: wide::gelu_backward_avx512,
-                };
-            }
-            if fma && std::is_x86_feature_detected!("avx2") {
-                return GeluKernels {
-                    forward: wide::gelu_forward_avx2,
-                    backward: wide::gelu_backward_avx2,
-                };
-            }
-        }
-        GeluKernels {
-            forward: gelu_forward_body,
-            backward: gelu_backward_body,
-        }
+        crate::wide::widest!(
+            with "fma",
+            avx512: GeluKernels {
+                forward: wide::gelu_forward_avx512,
+                backward: wide::gelu_backward_avx512,
+            },
+            avx2: GeluKernels {
+                forward: wide::gelu_forward_avx2,
+                backward: wide::gelu_backward_avx2,
+            },
+            plain: GeluKernels {
+                forward: gelu_forward_body,
+                backward: gelu_backward_body,
+            },
+        )
     })
 }
 

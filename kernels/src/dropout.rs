@@ -108,16 +108,11 @@ type MaskedLoop = fn(u32, u32, f32, &[f32], &mut [f32]);
 fn masked_loop() -> MaskedLoop {
     static CHOSEN: std::sync::OnceLock<MaskedLoop> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return wide::masked_avx512;
-            }
-            if std::is_x86_feature_detected!("avx2") {
-                return wide::masked_avx2;
-            }
-        }
-        masked_body
+        crate::wide::widest!(
+            avx512: wide::masked_avx512 as MaskedLoop,
+            avx2: wide::masked_avx2 as MaskedLoop,
+            plain: masked_body,
+        )
     })
 }
 

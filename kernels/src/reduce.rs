@@ -49,16 +49,11 @@ type RowsLoop = fn(&[f32], &mut [f64]);
 fn rows_loop() -> RowsLoop {
     static CHOSEN: std::sync::OnceLock<RowsLoop> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return wide::add_rows_avx512;
-            }
-            if std::is_x86_feature_detected!("avx2") {
-                return wide::add_rows_avx2;
-            }
-        }
-        add_rows
+        crate::wide::widest!(
+            avx512: wide::add_rows_avx512 as RowsLoop,
+            avx2: wide::add_rows_avx2 as RowsLoop,
+            plain: add_rows,
+        )
     })
 }
 

@@ -27,4 +27,27 @@ macro_rules! x86_instances {
     };
 }
 
-pub(crate) use x86_instances;
+/// The instances for the widest vector unit present: `avx512` where the
+/// CPU has AVX-512F, else `avx2` where it has AVX2 (each also needing the
+/// `with` feature, when given), else `plain`; the first two are named only
+/// on x86-64.
+macro_rules! widest {
+    ($(with $extra:tt,)? avx512: $avx512:expr, avx2: $avx2:expr, plain: $plain:expr $(,)?) => {{
+        #[cfg(target_arch = "x86_64")]
+        let found = {
+            let extra = true $(&& std::is_x86_feature_detected!($extra))?;
+            if extra && std::is_x86_feature_detected!("avx512f") {
+                Some($avx512)
+            } else if extra && std::is_x86_feature_detected!("avx2") {
+                Some($avx2)
+            } else {
+                None
+            }
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let found = None;
+        found.unwrap_or($plain)
+    }};
+}
+
+pub(crate) use {widest, x86_instances};

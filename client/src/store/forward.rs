@@ -66,13 +66,7 @@ impl DeviceParamStore {
         // Checked before the leaves are made: a refusal adds nothing to the tape.
         self.state.check_no_pending_forward()?;
         // A counted dropout of this forward reads the steps applied so far.
-        if self
-            .state
-            .optimizer()
-            .is_none_or(|run| run.device_amp.is_none())
-        {
-            self.write_counter()?;
-        }
+        self.write_counter()?;
         let leaves = self.leaves(tape, true)?;
         let indices = leaves.iter().map(|leaf| leaf.var.index()).collect();
         self.state.register_forward(tape.id(), indices)?;

@@ -5,6 +5,8 @@
 //! dropout's masks move on with every replay and the host sends one
 //! command a step (the batch's writes aside).
 
+use std::borrow::Cow;
+
 use cistern_optim::OptimizerConfig;
 use cistern_runtime::{FailureToken, KernelLaunch, ServerError};
 
@@ -265,12 +267,14 @@ impl DeviceParamStore {
     }
 
     /// Writes the committed step count into the counter unless the queued
-    /// work already leaves it there (no counter yet: nothing to do).
+    /// work already leaves it there. Nothing to do with no counter yet, or
+    /// once the count moved to the device after an AMP step (the counter
+    /// keeps the count of the last step before it).
     pub(super) fn write_counter(&mut self) -> Result<(), BackendError> {
         let Some(words) = self.state.step_words() else {
             return Ok(());
         };
-        if self.state.counter_is_current() {
+        if self.state.counter_is_current() || self.refuse_count_on_device().is_err() {
             return Ok(());
         }
         let steps = u32::try_from(self.state.steps()).map_err(|_| {
@@ -319,11 +323,12 @@ fn recorded_inputs(
         .collect()
 }
 
-/// Each input's bytes as the device holds them, after every check.
-fn batch_bytes(
+/// Each input's bytes as the device holds them, after every check (the
+/// values as they are, the labels converted to `i32` words).
+fn batch_bytes<'a>(
     inputs: &[RecordedInput],
-    batch: &[BatchInput<'_>],
-) -> Result<Vec<Vec<u8>>, BackendError> {
+    batch: &[BatchInput<'a>],
+) -> Result<Vec<Cow<'a, [u8]>>, BackendError> {
     let invalid = |message: String| BackendError::InvalidArgument(message);
     if inputs.len() != batch.len() {
         return Err(invalid(format!(
@@ -336,7 +341,7 @@ fn batch_bytes(
     for (i, (input, given)) in inputs.iter().zip(batch).enumerate() {
         let bytes = match (&input.kind, given) {
             (InputKind::Values(len), BatchInput::Values(values)) if *len == values.len() => {
-                f32_bytes(values)
+                Cow::Borrowed(bytemuck::cast_slice(values))
             }
             (InputKind::Classes(rows, limits), BatchInput::Classes(labels))
                 if *rows == labels.len() =>
@@ -354,7 +359,7 @@ fn batch_bytes(
                     })?;
                     bytes.extend(word.to_ne_bytes());
                 }
-                bytes
+                Cow::Owned(bytes)
             }
             (InputKind::Values(len), _) => {
                 return Err(invalid(format!("input {i} is {len} f32 values")));

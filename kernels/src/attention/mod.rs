@@ -502,20 +502,15 @@ type Body<const INPUTS: usize> = fn(&Dims, [&[f32]; INPUTS], &mut [f32], &mut [f
 fn bodies() -> &'static Bodies {
     static BODIES: std::sync::OnceLock<Bodies> = std::sync::OnceLock::new();
     BODIES.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return wide::AVX512;
-            }
-            if std::is_x86_feature_detected!("avx2") {
-                return wide::AVX2;
-            }
-        }
-        Bodies {
-            forward: forward_sequence,
-            queries: queries_sequence,
-            keys: keys_sequence,
-        }
+        crate::wide::widest!(
+            avx512: wide::AVX512,
+            avx2: wide::AVX2,
+            plain: Bodies {
+                forward: forward_sequence,
+                queries: queries_sequence,
+                keys: keys_sequence,
+            },
+        )
     })
 }
 

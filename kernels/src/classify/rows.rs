@@ -33,28 +33,23 @@ struct RowKernels {
 fn row_kernels() -> &'static RowKernels {
     static KERNELS: std::sync::OnceLock<RowKernels> = std::sync::OnceLock::new();
     KERNELS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return RowKernels {
-                    log_sum_exp: wide::log_sum_exp_avx512,
-                    scaled_softmax: wide::scaled_softmax_avx512,
-                    narrow_softmax: wide::narrow_softmax_avx512,
-                };
-            }
-            if std::is_x86_feature_detected!("avx2") {
-                return RowKernels {
-                    log_sum_exp: wide::log_sum_exp_avx2,
-                    scaled_softmax: wide::scaled_softmax_avx2,
-                    narrow_softmax: wide::narrow_softmax_avx2,
-                };
-            }
-        }
-        RowKernels {
-            log_sum_exp: log_sum_exp_body,
-            scaled_softmax: scaled_softmax_body,
-            narrow_softmax: narrow_softmax_body,
-        }
+        crate::wide::widest!(
+            avx512: RowKernels {
+                log_sum_exp: wide::log_sum_exp_avx512,
+                scaled_softmax: wide::scaled_softmax_avx512,
+                narrow_softmax: wide::narrow_softmax_avx512,
+            },
+            avx2: RowKernels {
+                log_sum_exp: wide::log_sum_exp_avx2,
+                scaled_softmax: wide::scaled_softmax_avx2,
+                narrow_softmax: wide::narrow_softmax_avx2,
+            },
+            plain: RowKernels {
+                log_sum_exp: log_sum_exp_body,
+                scaled_softmax: scaled_softmax_body,
+                narrow_softmax: narrow_softmax_body,
+            },
+        )
     })
 }
 

@@ -333,32 +333,22 @@ impl Launcher<'_> {
                 self.stride("cistern_layer_norm_backward", spec.rows, &args)
             }
             Kernel::BatchedGemm(spec) => self.batched_gemm(&b, spec),
-            Kernel::Dropout(spec) => {
-                let n = b.same_floats(&[0, 1])?;
-                let args = [
-                    p(0)?,
-                    p(1)?,
+            Kernel::Dropout(spec) | Kernel::DropoutCounted(spec) => {
+                // The counted form binds its counter between `x` and `out`.
+                let (name, out) = match launch.kernel {
+                    Kernel::DropoutCounted(_) => ("cistern_dropout_counted", 2),
+                    _ => ("cistern_dropout", 1),
+                };
+                let n = b.same_floats(&[0, out])?;
+                let mut args = (0..=out).map(p).collect::<Result<Vec<_>, _>>()?;
+                args.extend([
                     Arg::U32(spec.seed as u32),
                     Arg::U32((spec.seed >> 32) as u32),
                     Arg::U32(spec.threshold),
                     Arg::F32(spec.scale),
                     Arg::U64(n),
-                ];
-                self.stride("cistern_dropout", n, &args)
-            }
-            Kernel::DropoutCounted(spec) => {
-                let n = b.same_floats(&[0, 2])?;
-                let args = [
-                    p(0)?,
-                    p(1)?,
-                    p(2)?,
-                    Arg::U32(spec.seed as u32),
-                    Arg::U32((spec.seed >> 32) as u32),
-                    Arg::U32(spec.threshold),
-                    Arg::F32(spec.scale),
-                    Arg::U64(n),
-                ];
-                self.stride("cistern_dropout_counted", n, &args)
+                ]);
+                self.stride(name, n, &args)
             }
             Kernel::BatchGather(spec) => {
                 let row_words = u64::from(spec.width) + u64::from(spec.target_width);
